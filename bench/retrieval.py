@@ -1,0 +1,103 @@
+"""Retrieval latency for one question (embed + search + rerank) on a book: prints p50 / p99 per stage.
+
+    .venv/bin/python -m bench.retrieval [--book ../shared/corpora/rizsheik-humanoid-course] [--data-dir DIR]
+
+Ingests the book into DATA_DIR first when it holds no index (a temporary folder unless --data-dir is given).
+Every question is embedded afresh each round (the embedder's query cache is bypassed by a trailing space).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from server import evaluate, ingest
+from server.index import VectorIndex
+from server.retrieval import Retriever
+from server.services import open_services
+from server.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_BOOK = ROOT.parent / "shared" / "corpora" / "rizsheik-humanoid-course"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--book", type=Path, default=SHARED_BOOK)
+    parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the index")
+    parser.add_argument("--rounds", type=int, default=5, help="passes over the question set (default: 5)")
+    parser.add_argument(
+        "--qdrant-query", action="store_true", help="use Qdrant's own hybrid query (the server path) for comparison"
+    )
+    args = parser.parse_args()
+    if args.data_dir is None:
+        with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
+            asyncio.run(_run(args.book, Path(tmp), args.rounds, args.qdrant_query))
+    else:
+        asyncio.run(_run(args.book, args.data_dir, args.rounds, args.qdrant_query))
+
+
+async def _run(book: Path, data_dir: Path, rounds: int, qdrant_query: bool) -> None:
+    settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "warning"})
+    questions = evaluate.load_questions(book / "questions.jsonl")
+    async with open_services(settings, retrieval=True) as services:
+        assert services.index is not None and services.embedder is not None
+        if not await services.index.exists():
+            started = time.perf_counter()
+            report = await ingest.run(book, services.index, services.embedder, base_url=settings.book_base_url)
+            print(f"ingested {book.name}: {report.summary()} in {time.perf_counter() - started:.1f} s")
+        embedder = services.embedder
+        index = services.index
+        if qdrant_query:
+            # The same storage treated as a Qdrant server: retrieval sends Prefetch + RRF queries to it.
+            index = VectorIndex(index.client, collection=index.collection, timeout_s=30, server_mode=True)
+        retriever = Retriever(index, embedder)
+        started = time.perf_counter()
+        await retriever.warm()
+        what = "embedder load" + ("" if qdrant_query else f" + in-process copy of {await index.count()} chunks")
+        print(f"warm-up ({what}): {(time.perf_counter() - started) * 1000:.0f} ms")
+        stages: dict[str, dict[str, list[float]]] = {}
+        for n in range(rounds):
+            for question in questions:
+                text = question.question + " " * (n + 1)  # a new cache key, the same tokens
+                mode = (
+                    "selection"
+                    if question.selected_text
+                    else ("module filter" if question.kind == "module_filter" else "textbook")
+                )
+                t0 = time.perf_counter()
+                await embedder.embed_query(
+                    question.selected_text[:1500] + "\n" + text if question.selected_text else text
+                )
+                t1 = time.perf_counter()
+                # The embedding is now cached, so this measures search + rerank (+ widening) alone.
+                await retriever.retrieve(
+                    text,
+                    module=question.module if mode == "module filter" else None,
+                    selected_text=question.selected_text,
+                )
+                t2 = time.perf_counter()
+                for name, seconds in (("embed", t1 - t0), ("search + rerank", t2 - t1), ("total", t2 - t0)):
+                    for group in (mode, "all questions"):
+                        stages.setdefault(group, {}).setdefault(name, []).append(seconds * 1000)
+    how = "Qdrant's hybrid query" if qdrant_query else "in-process search"
+    print(f"{len(questions)} questions x {rounds} rounds, local embedder, embedded Qdrant, {how}")
+    print(f"{'questions':<16} {'stage':<16} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    for group, by_stage in sorted(stages.items()):
+        for name, values in by_stage.items():
+            print(
+                f"{group:<16} {name:<16} {len(values):>5} {_pct(values, 50):>8.2f} {_pct(values, 99):>8.2f} "
+                f"{max(values):>8.2f}"
+            )
+
+
+def _pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+if __name__ == "__main__":
+    main()

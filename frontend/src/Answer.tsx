@@ -1,0 +1,153 @@
+/** One assistant answer: its notices, the streamed Markdown with citation links, the sources, feedback, retry. */
+import type { ReactNode } from "react";
+import { ThumbIcon } from "./icons";
+import { Markdown } from "./markdown";
+import type { Notice, Source } from "./protocol";
+import type { AnswerMessage } from "./reducer";
+
+interface AnswerProps {
+  message: AnswerMessage;
+  onRetry: () => void;
+  onFeedback: (rating: "up" | "down") => void;
+  canRetry: boolean;
+  /** Module id → title, from /api/modules (sources name their module by id). */
+  moduleTitles: Map<string, string>;
+}
+
+const NOTICE_TITLES: Record<string, string> = {
+  low_confidence: "Low confidence",
+  scope_widened: "Searched the whole book",
+  scope_partial: "Partly outside this module",
+  scope_limited: "Limited to this module",
+  history_unavailable: "History unavailable",
+  fallback_faq: "From the FAQ",
+  offline_generator: "Offline answer",
+  llm_retry: "Retrying",
+};
+
+export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles }: AnswerProps): ReactNode {
+  const declined = message.finishReason === "declined";
+  const open = message.status === "pending" || message.status === "streaming" || message.status === "reconnecting";
+  const citations = message.sources.map((s) => ({ n: s.n, url: s.url, title: sourceLabel(s, moduleTitles) }));
+  return (
+    <article
+      className={`tc-answer tc-answer--${message.status}`}
+      aria-busy={open}
+      data-finish={message.finishReason ?? undefined}
+      data-message-id={message.messageId ?? undefined}
+    >
+      {message.notices.map((notice, i) => (
+        <NoticeBanner key={i} notice={notice} />
+      ))}
+      {message.status === "pending" && <p className="tc-typing">Searching the textbook…</p>}
+      {message.status === "reconnecting" && (
+        <p className="tc-typing" role="status">
+          Connection lost, reconnecting…
+        </p>
+      )}
+      {message.text && (
+        <div className="tc-markdown">
+          <Markdown text={message.text} citations={citations} />
+          {open && <span className="tc-caret" aria-hidden="true" />}
+        </div>
+      )}
+      {message.finishReason === "cancelled" && <p className="tc-muted">Stopped.</p>}
+      {message.sources.length > 0 && (
+        <Sources sources={message.sources} heading={declined ? "Sections that may help" : "Sources"} titles={moduleTitles} />
+      )}
+      {message.failure && (
+        <div className="tc-error" role="alert">
+          <p>{failureText(message)}</p>
+          {message.failure.retryable && message.request && (
+            <button type="button" className="tc-button" onClick={onRetry} disabled={!canRetry}>
+              Retry
+            </button>
+          )}
+        </div>
+      )}
+      {message.status === "done" && message.messageId && !declined && message.finishReason !== "cancelled" && (
+        <div className="tc-feedback" role="group" aria-label="Was this answer helpful?">
+          <button
+            type="button"
+            className="tc-icon"
+            aria-pressed={message.feedback === "up"}
+            aria-label="Helpful"
+            title="Helpful"
+            onClick={() => onFeedback("up")}
+          >
+            <ThumbIcon />
+          </button>
+          <button
+            type="button"
+            className="tc-icon"
+            aria-pressed={message.feedback === "down"}
+            aria-label="Not helpful"
+            title="Not helpful"
+            onClick={() => onFeedback("down")}
+          >
+            <ThumbIcon down />
+          </button>
+        </div>
+      )}
+    </article>
+  );
+}
+
+function NoticeBanner({ notice }: { notice: Notice }): ReactNode {
+  const title = NOTICE_TITLES[notice.code] ?? "Note";
+  return (
+    <div className={`tc-notice tc-notice--${notice.code}`} role="note" data-code={notice.code}>
+      <strong>{title}:</strong> {notice.message}
+    </div>
+  );
+}
+
+function Sources({ sources, heading, titles }: { sources: Source[]; heading: string; titles: Map<string, string> }): ReactNode {
+  return (
+    <section className="tc-sources" aria-label={heading}>
+      <h4>{heading}</h4>
+      <ol>
+        {sources.map((s) => (
+          <li key={s.n} value={s.n}>
+            <a href={s.url} className="tc-source" data-n={s.n} target="_top">
+              {sourceLabel(s, titles)}
+            </a>
+            {s.excerpt && (
+              <span className="tc-excerpt" role="tooltip">
+                {s.excerpt}
+              </span>
+            )}
+          </li>
+        ))}
+      </ol>
+    </section>
+  );
+}
+
+/** "Module › Chapter › Heading", skipping parts that repeat the previous one. */
+export function sourceLabel(source: Source, moduleTitles: Map<string, string> = new Map()): string {
+  const module = moduleTitles.get(source.module) ?? source.module;
+  const parts = [module, source.chapter || source.title, ...(source.heading_path ?? [])];
+  const out: string[] = [];
+  for (const part of parts) {
+    const clean = (part ?? "").trim();
+    if (clean && !out.includes(clean)) out.push(clean);
+  }
+  return out.join(" › ");
+}
+
+function failureText(message: AnswerMessage): string {
+  const failure = message.failure!;
+  if (failure.retryAt) {
+    return `${failure.message} You can ask again ${untilText(failure.retryAt)}.`;
+  }
+  return failure.message || "Something went wrong.";
+}
+
+export function untilText(at: number, now: number = Date.now()): string {
+  const seconds = Math.max(0, Math.ceil((at - now) / 1000));
+  if (seconds < 60) return `in ${seconds} s`;
+  const minutes = Math.ceil(seconds / 60);
+  if (minutes < 60) return `in ${minutes} min`;
+  return `at ${new Date(at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
+}

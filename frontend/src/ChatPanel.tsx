@@ -1,0 +1,373 @@
+/**
+ * The chat panel a book mounts once per site: a floating button that opens a non-modal dialog with the
+ * conversation, the module menu, selection mode ("Ask about this") and the composer with Send / Stop.
+ */
+import { useCallback, useEffect, useMemo, useReducer, useRef, useState, type ReactNode } from "react";
+import { Answer, untilText } from "./Answer";
+import { ChatIcon } from "./icons";
+import { ApiError, ChatClient, uuid, type Fetch } from "./client";
+import type { ChatRequest, FaqEntry, ModuleInfo } from "./protocol";
+import { initialState, reducer, type AnswerMessage } from "./reducer";
+import { loadSession, saveSession } from "./sessionStore";
+import { useSelection } from "./useSelection";
+
+export interface ChatPanelProps {
+  /** Where the chat server is, e.g. "https://chat.example.org" ("" when it serves this page). */
+  apiBase?: string;
+  title?: string;
+  /** A signed-in reader's bearer token, if the site has one. */
+  authToken?: () => string | null;
+  /** Open the panel on first render (the demo page does not). */
+  defaultOpen?: boolean;
+  fetch?: Fetch;
+}
+
+type PanelNotice = { code: string; message: string } | null;
+
+export function ChatPanel({
+  apiBase = "",
+  title = "Ask the textbook",
+  authToken,
+  defaultOpen = false,
+  fetch: fetchImpl,
+}: ChatPanelProps): ReactNode {
+  const client = useMemo(
+    () => new ChatClient({ apiBase, fetch: fetchImpl, authToken }),
+    [apiBase, fetchImpl, authToken],
+  );
+  const [state, dispatch] = useReducer(reducer, initialState);
+  const [open, setOpen] = useState(defaultOpen);
+  const [draft, setDraft] = useState("");
+  const [module, setModule] = useState("");
+  const [quote, setQuote] = useState<string | null>(null);
+  const [modules, setModules] = useState<ModuleInfo[]>([]);
+  const [faq, setFaq] = useState<FaqEntry[]>([]);
+  const [panelNotice, setPanelNotice] = useState<PanelNotice>(null);
+  const [now, setNow] = useState(() => Date.now());
+  const controllers = useRef(new Map<string, AbortController>());
+  const panelRef = useRef<HTMLDivElement>(null);
+  const launcherRef = useRef<HTMLButtonElement>(null);
+  const inputRef = useRef<HTMLTextAreaElement>(null);
+  const logRef = useRef<HTMLDivElement>(null);
+  const loaded = useRef(false);
+
+  const isInsidePanel = useCallback((node: Node) => Boolean(panelRef.current?.contains(node)), []);
+  const [selection, clearSelection] = useSelection(isInsidePanel);
+
+  // History comes back after a reload: the session id and token live in localStorage.
+  useEffect(() => {
+    if (loaded.current) return;
+    loaded.current = true;
+    const session = loadSession();
+    if (!session) return;
+    client
+      .history(session)
+      .then((messages) => dispatch({ type: "history", session, messages }))
+      .catch((error: unknown) => {
+        if (error instanceof ApiError && error.status === 404) saveSession(null); // purged or deleted
+        else setPanelNotice({ code: "history_unavailable", message: "Your earlier conversation could not be loaded." });
+      });
+  }, [client]);
+
+  useEffect(() => saveSession(state.session), [state.session]);
+
+  // The module menu and the FAQ suggestions load when the panel first opens; absence is not an error.
+  useEffect(() => {
+    if (!open || modules.length || faq.length) return;
+    client.modules().then(setModules, () => setModules([]));
+    client.faq().then(setFaq, () => setFaq([]));
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [open, client]);
+
+  useEffect(() => {
+    if (open) inputRef.current?.focus();
+  }, [open, quote]);
+
+  useEffect(() => {
+    const log = logRef.current;
+    if (log) log.scrollTop = log.scrollHeight;
+  }, [state.messages]);
+
+  useEffect(() => {
+    if (!state.rateLimitedUntil || state.rateLimitedUntil <= now) return;
+    const timer = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(timer);
+  }, [state.rateLimitedUntil, now]);
+
+  useEffect(() => () => controllers.current.forEach((c) => c.abort()), []);
+
+  const streaming = state.messages.find(
+    (m): m is AnswerMessage => m.role === "assistant" && ["pending", "streaming", "reconnecting"].includes(m.status),
+  );
+  const rateLimited = state.rateLimitedUntil !== null && state.rateLimitedUntil > now;
+  const moduleTitles = useMemo(() => new Map(modules.map((m) => [m.id, m.title])), [modules]);
+
+  const run = useCallback(
+    async (answerKey: string, request: ChatRequest) => {
+      const controller = new AbortController();
+      controllers.current.set(answerKey, controller);
+      try {
+        const outcome = await client.stream(
+          request,
+          {
+            onEvent: (event) => dispatch({ type: "event", key: answerKey, event }),
+            onReconnecting: () => dispatch({ type: "reconnecting", key: answerKey }),
+          },
+          controller.signal,
+        );
+        if (outcome.kind === "failed" && outcome.failure) {
+          dispatch({ type: "failed", key: answerKey, failure: outcome.failure });
+        } else if (outcome.kind === "aborted") {
+          dispatch({ type: "cancelled", key: answerKey });
+        } else {
+          dispatch({ type: "cancelled", key: answerKey }); // a 204 resume: ended while away; no-op if done arrived
+        }
+      } catch {
+        dispatch({ type: "failed", key: answerKey, failure: { code: "client", message: "Something went wrong.", retryable: true } });
+      } finally {
+        controllers.current.delete(answerKey);
+      }
+    },
+    [client],
+  );
+
+  const ask = (question: string): void => {
+    const text = question.trim();
+    if (!text || streaming || rateLimited) return;
+    const request: ChatRequest = { question: text, page_url: window.location.href, client_request_id: uuid() };
+    if (state.session) {
+      request.session_id = state.session.id;
+      request.session_token = state.session.token;
+    }
+    if (module) request.module = module;
+    if (quote) request.selected_text = quote;
+    const answerKey = uuid();
+    dispatch({ type: "ask", key: uuid(), answerKey, request });
+    setDraft("");
+    setQuote(null);
+    void run(answerKey, request);
+  };
+
+  const retry = (message: AnswerMessage): void => {
+    if (!message.request || streaming) return;
+    // A fresh client_request_id: the failed attempt may have been stored as failed under the old one.
+    const request = { ...message.request, client_request_id: uuid() };
+    if (state.session && !request.session_id) {
+      request.session_id = state.session.id;
+      request.session_token = state.session.token;
+    }
+    dispatch({ type: "retry", key: message.key });
+    void run(message.key, request);
+  };
+
+  const stop = async (): Promise<void> => {
+    if (!streaming) return;
+    const controller = controllers.current.get(streaming.key);
+    const stopped = streaming.streamUrl ? await client.stop(streaming.streamUrl) : false;
+    // The stream ends by itself with done/cancelled after a successful DELETE; otherwise cut it here.
+    if (!stopped) controller?.abort();
+    else setTimeout(() => controller?.abort(), 3000);
+  };
+
+  const newChat = (): void => {
+    if (streaming) return;
+    dispatch({ type: "new_chat" });
+    setPanelNotice(null);
+    inputRef.current?.focus();
+  };
+
+  const deleteChat = async (): Promise<void> => {
+    if (streaming) return;
+    const session = state.session;
+    if (session) {
+      try {
+        await client.deleteSession(session);
+      } catch (error) {
+        setPanelNotice({ code: "delete_failed", message: error instanceof Error ? error.message : "Could not delete." });
+        return;
+      }
+    }
+    dispatch({ type: "new_chat" });
+    setPanelNotice({ code: "deleted", message: "This conversation was deleted." });
+  };
+
+  const feedback = (message: AnswerMessage, rating: "up" | "down"): void => {
+    if (!message.messageId) return;
+    dispatch({ type: "feedback", key: message.key, rating });
+    client.feedback(message.messageId, rating, state.session).catch(() => {
+      setPanelNotice({ code: "feedback_failed", message: "Your rating could not be saved." });
+    });
+  };
+
+  const askAboutSelection = (): void => {
+    if (!selection) return;
+    setQuote(selection.text);
+    clearSelection();
+    window.getSelection()?.removeAllRanges();
+    setOpen(true);
+  };
+
+  const close = (): void => {
+    setOpen(false);
+    launcherRef.current?.focus();
+  };
+
+  return (
+    <div className="tc-root">
+      {selection && !streaming && (
+        <button
+          type="button"
+          className="tc-ask-selection"
+          style={{ top: selection.top, left: selection.left }}
+          onMouseDown={(e) => e.preventDefault()} // keep the selection alive until the click lands
+          onClick={askAboutSelection}
+        >
+          Ask about this
+        </button>
+      )}
+      <button
+        ref={launcherRef}
+        type="button"
+        className="tc-launcher"
+        aria-expanded={open}
+        aria-controls="tc-panel"
+        onClick={() => (open ? close() : setOpen(true))}
+      >
+        <ChatIcon /> {open ? "Close chat" : title}
+      </button>
+      <div
+        id="tc-panel"
+        ref={panelRef}
+        className="tc-panel"
+        role="dialog"
+        aria-label={title}
+        hidden={!open}
+        onKeyDown={(e) => {
+          if (e.key === "Escape") close();
+        }}
+      >
+        <header className="tc-header">
+          <h2>{title}</h2>
+          <div className="tc-actions">
+            <button type="button" className="tc-button tc-small" onClick={newChat} disabled={Boolean(streaming)}>
+              New chat
+            </button>
+            <button
+              type="button"
+              className="tc-button tc-small"
+              onClick={() => void deleteChat()}
+              disabled={Boolean(streaming) || (!state.session && state.messages.length === 0)}
+            >
+              Delete this chat
+            </button>
+            <button type="button" className="tc-icon" aria-label="Close" onClick={close}>
+              ✕
+            </button>
+          </div>
+        </header>
+        <label className="tc-scope">
+          <span>Search in</span>
+          <select value={module} onChange={(e) => setModule(e.target.value)} aria-label="Module to search">
+            <option value="">The whole book</option>
+            {modules.map((m) => (
+              <option key={m.id} value={m.id}>
+                {m.title}
+              </option>
+            ))}
+          </select>
+        </label>
+        {panelNotice && (
+          <div className="tc-notice" role="status" data-code={panelNotice.code}>
+            {panelNotice.message}
+          </div>
+        )}
+        <div className="tc-log" ref={logRef} role="log" aria-live="polite" aria-relevant="additions text">
+          {state.messages.length === 0 && (
+            <div className="tc-empty">
+              <p>Ask a question about the book. Answers cite the sections they come from.</p>
+              {faq.length > 0 && (
+                <>
+                  <p className="tc-muted">Common questions:</p>
+                  <ul className="tc-suggestions">
+                    {faq.slice(0, 4).map((entry) => (
+                      <li key={entry.question}>
+                        <button type="button" className="tc-link" onClick={() => ask(entry.question)}>
+                          {entry.question}
+                        </button>
+                      </li>
+                    ))}
+                  </ul>
+                </>
+              )}
+            </div>
+          )}
+          {state.messages.map((m) =>
+            m.role === "user" ? (
+              <div key={m.key} className="tc-question">
+                {m.selectedText && <blockquote className="tc-quote">{m.selectedText}</blockquote>}
+                <p>{m.text}</p>
+              </div>
+            ) : (
+              <Answer
+                key={m.key}
+                message={m}
+                moduleTitles={moduleTitles}
+                canRetry={!streaming && !rateLimited}
+                onRetry={() => retry(m)}
+                onFeedback={(rating) => feedback(m, rating)}
+              />
+            ),
+          )}
+        </div>
+        <form
+          className="tc-composer"
+          onSubmit={(e) => {
+            e.preventDefault();
+            ask(draft);
+          }}
+        >
+          {quote && (
+            <div className="tc-selection" aria-label="Selected text">
+              <span className="tc-muted">Asking about the selection:</span>
+              <blockquote className="tc-quote">{quote}</blockquote>
+              <button type="button" className="tc-link" onClick={() => setQuote(null)}>
+                Ask about the whole book instead
+              </button>
+            </div>
+          )}
+          {rateLimited && (
+            <p className="tc-notice" role="status" data-code="rate_limited">
+              Question limit reached. You can ask again {untilText(state.rateLimitedUntil!, now)}.
+            </p>
+          )}
+          <div className="tc-row">
+            <textarea
+              ref={inputRef}
+              value={draft}
+              rows={2}
+              maxLength={2000}
+              aria-label="Your question"
+              placeholder={quote ? "What would you like to know about this passage?" : "Ask about the textbook…"}
+              onChange={(e) => setDraft(e.target.value)}
+              onKeyDown={(e) => {
+                if (e.key === "Enter" && !e.shiftKey && !e.nativeEvent.isComposing) {
+                  e.preventDefault();
+                  ask(draft);
+                }
+              }}
+            />
+            {streaming ? (
+              <button type="button" className="tc-button tc-stop" onClick={() => void stop()}>
+                Stop
+              </button>
+            ) : (
+              <button type="submit" className="tc-button tc-primary" disabled={!draft.trim() || rateLimited}>
+                Send
+              </button>
+            )}
+          </div>
+        </form>
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,241 @@
+/**
+ * The HTTP side of the panel: POST /api/chat read as a stream, resumed from `stream_url` with
+ * Last-Event-ID after a drop, stopped with DELETE; history, feedback, modules and FAQ. No React here.
+ */
+import { readEventStream, SseParser } from "./sse";
+import {
+  toChatEvent,
+  type ChatEvent,
+  type ChatRequest,
+  type FaqEntry,
+  type HistoryMessage,
+  type ModuleInfo,
+} from "./protocol";
+import type { Failure, Session } from "./reducer";
+
+export type Fetch = typeof fetch;
+
+export interface StreamHandlers {
+  onEvent: (event: ChatEvent) => void;
+  onReconnecting: () => void;
+}
+
+export interface StreamOutcome {
+  /** `ended`: done or error arrived; `failed`: see `failure`; `aborted`: the caller's signal fired. */
+  kind: "ended" | "failed" | "aborted";
+  failure?: Failure;
+}
+
+export interface ClientOptions {
+  apiBase: string;
+  fetch?: Fetch;
+  /** Delays before each reconnect attempt, in ms; the list's length is the number of attempts. */
+  reconnectDelaysMs?: number[];
+  authToken?: () => string | null;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly retryAfterS: number | null,
+  ) {
+    super(message);
+  }
+}
+
+const DEFAULT_DELAYS = [250, 500, 1000, 2000, 4000];
+
+export class ChatClient {
+  private readonly base: string;
+  private readonly fetchImpl: Fetch;
+  private readonly delays: number[];
+  private readonly authToken: () => string | null;
+
+  constructor(options: ClientOptions) {
+    this.base = options.apiBase.replace(/\/+$/, "");
+    this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
+    this.delays = options.reconnectDelaysMs ?? DEFAULT_DELAYS;
+    this.authToken = options.authToken ?? (() => null);
+  }
+
+  url(path: string): string {
+    return path.startsWith("http") ? path : this.base + path;
+  }
+
+  /**
+   * Ask and stream the answer. A drop before `done`/`error` reconnects: to `stream_url` with
+   * Last-Event-ID once the meta event is in, otherwise by repeating the POST with the same
+   * `client_request_id` (the server attaches to the first message instead of asking twice).
+   */
+  async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<StreamOutcome> {
+    const body: ChatRequest = { ...request, client_request_id: request.client_request_id ?? uuid() };
+    let lastId = 0;
+    let streamUrl: string | null = null;
+    let ended = false;
+    let retryMs: number | null = null;
+    const onFrame = (event: ChatEvent): void => {
+      if (event.id <= lastId) return;
+      lastId = event.id;
+      if (event.type === "meta") streamUrl = event.data.stream_url;
+      if (event.type === "done" || event.type === "error") ended = true;
+      handlers.onEvent(event);
+    };
+    for (let attempt = 0; ; attempt++) {
+      if (signal.aborted) return { kind: "aborted" };
+      const parser = new SseParser();
+      try {
+        const response = streamUrl
+          ? await this.request(streamUrl, { headers: { "Last-Event-ID": String(lastId) }, signal })
+          : await this.request("/api/chat", { method: "POST", json: body, signal });
+        if (response.status === 204) return { kind: "ended" }; // finished while we were away: nothing after lastId
+        if (!response.ok) return { kind: "failed", failure: await failureOf(response) };
+        if (!response.body) throw new TypeError("no response body");
+        await readEventStream(
+          response.body,
+          (frame) => {
+            const event = toChatEvent(frame);
+            if (event) onFrame(event);
+          },
+          parser,
+        );
+        if (ended) return { kind: "ended" };
+      } catch (error) {
+        if (signal.aborted) return { kind: "aborted" };
+        if (ended) return { kind: "ended" };
+        if (!(error instanceof TypeError) && !isNetworkError(error)) throw error;
+      } finally {
+        retryMs = parser.retryMs ?? retryMs;
+      }
+      if (attempt >= this.delays.length) {
+        return {
+          kind: "failed",
+          failure: { code: "network", message: "The connection to the server was lost.", retryable: true },
+        };
+      }
+      handlers.onReconnecting();
+      await sleep(retryMs ?? this.delays[attempt], signal);
+    }
+  }
+
+  /** Stop a generation; false when the server cannot (no capability yet, or the route is missing). */
+  async stop(streamUrl: string): Promise<boolean> {
+    const cancelUrl = streamUrl.replace(/\/stream(?=\?|$)/, "");
+    try {
+      const response = await this.request(cancelUrl, { method: "DELETE" });
+      return response.ok;
+    } catch {
+      return false;
+    }
+  }
+
+  async history(session: Session): Promise<HistoryMessage[]> {
+    const response = await this.request(`/api/sessions/${encodeURIComponent(session.id)}/messages?limit=200`, {
+      headers: { "X-Session-Token": session.token },
+    });
+    const body = (await this.json(response)) as { messages: HistoryMessage[] };
+    return body.messages;
+  }
+
+  async deleteSession(session: Session): Promise<void> {
+    const response = await this.request(`/api/sessions/${encodeURIComponent(session.id)}`, {
+      method: "DELETE",
+      headers: { "X-Session-Token": session.token },
+    });
+    if (!response.ok && response.status !== 404) await this.json(response);
+  }
+
+  async feedback(messageId: string, rating: "up" | "down", session: Session | null): Promise<void> {
+    const response = await this.request(`/api/messages/${encodeURIComponent(messageId)}/feedback`, {
+      method: "POST",
+      json: { rating },
+      headers: session ? { "X-Session-Token": session.token } : {},
+    });
+    await this.json(response);
+  }
+
+  async modules(): Promise<ModuleInfo[]> {
+    const body = (await this.json(await this.request("/api/modules"))) as { modules: ModuleInfo[] };
+    return body.modules;
+  }
+
+  async faq(): Promise<FaqEntry[]> {
+    const body = (await this.json(await this.request("/api/faq"))) as { entries: FaqEntry[] };
+    return body.entries;
+  }
+
+  private request(
+    path: string,
+    init: { method?: string; json?: unknown; headers?: Record<string, string>; signal?: AbortSignal } = {},
+  ): Promise<Response> {
+    const headers: Record<string, string> = { ...(init.headers ?? {}) };
+    if (init.json !== undefined) headers["Content-Type"] = "application/json";
+    const token = this.authToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    return this.fetchImpl(this.url(path), {
+      method: init.method ?? "GET",
+      headers,
+      body: init.json === undefined ? undefined : JSON.stringify(init.json),
+      signal: init.signal,
+    });
+  }
+
+  private async json(response: Response): Promise<unknown> {
+    if (!response.ok) {
+      const failure = await failureOf(response);
+      throw new ApiError(response.status, failure.code, failure.message, retryAfterOf(response));
+    }
+    return response.json();
+  }
+}
+
+/** A failed HTTP answer as the panel shows it; 429 carries when the next question is allowed. */
+export async function failureOf(response: Response): Promise<Failure> {
+  let code = `http_${response.status}`;
+  let message = `The server answered ${response.status}.`;
+  try {
+    const body = (await response.json()) as { error?: { code?: string; message?: string } };
+    code = body.error?.code ?? code;
+    message = body.error?.message ?? message;
+  } catch {
+    // not our JSON error shape (a proxy's page): keep the generic message
+  }
+  const retryAfter = retryAfterOf(response);
+  if (response.status === 429) {
+    const seconds = retryAfter ?? 60;
+    return { code, message, retryable: true, retryAt: Date.now() + seconds * 1000 };
+  }
+  return { code, message, retryable: response.status >= 500 || response.status === 408 };
+}
+
+function retryAfterOf(response: Response): number | null {
+  const raw = response.headers.get("Retry-After");
+  return raw && /^\d+$/.test(raw) ? Number(raw) : null;
+}
+
+function isNetworkError(error: unknown): boolean {
+  return error instanceof Error && /network|fetch|terminated|aborted|socket/i.test(error.message);
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+    function done(): void {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+  });
+}
+
+export function uuid(): string {
+  if (typeof crypto.randomUUID === "function") return crypto.randomUUID();
+  // crypto.randomUUID needs a secure context; plain-http demo hosts fall back to getRandomValues.
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6] & 0x0f) | 0x40;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = Array.from(bytes, (b: number) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}

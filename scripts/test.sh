@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up, then run every check CI runs: formatting, lint, types, and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/data/tiktoken}"
+.venv/bin/ruff format --check server tests migrations scripts bench
+.venv/bin/ruff check server tests migrations scripts bench
+.venv/bin/mypy
+(cd frontend && npx --no-install vitest run)
+.venv/bin/pytest "$@"

@@ -1,0 +1,341 @@
+"""HTTP handlers: identify the caller, spend its budget, validate, call the domain modules, shape the answer.
+
+Only asking costs the question budget; every other route spends the looser read budget. Anything
+that is not the caller's (a session, a message, a stream without its capability) is a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from server import chat as chat_pipeline
+from server import health as health_checks
+from server import ratelimit, schemas, streaming
+from server.chat import ChatService
+from server.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized
+from server.services import Services
+from server.store import Citation, MessageRow, Store
+
+CANCEL_WAIT_S = 2.0  # DELETE answers once the stream has ended, or says it is still ending
+HISTORY_PAGE = 50
+HISTORY_MAX_PAGE = 200
+
+
+def services(request: Request) -> Services:
+    result: Services = request.state.services
+    return result
+
+
+@dataclass(frozen=True)
+class Caller:
+    client: str  # the client address (TRUSTED_PROXIES decides whether X-Forwarded-For counts)
+    user_id: str | None
+    budget_headers: dict[str, str]
+
+    @property
+    def key(self) -> str:
+        return f"user:{self.user_id}" if self.user_id else f"ip:{self.client}"
+
+
+async def caller(request: Request, kind: ratelimit.Kind) -> Caller:
+    """Who is asking, with one unit of ``kind`` spent (401 for a bad token, 429 when out of budget)."""
+    svc = services(request)
+    user_id = await svc.auth.user_id(request.headers.get("authorization")) if svc.auth else None
+    peer = request.client.host if request.client else None
+    client = ratelimit.client_address(peer, request.headers.get("x-forwarded-for"), svc.settings.trusted_proxies)
+    headers: dict[str, str] = {}
+    if svc.limiter is not None:
+        headers = (await svc.limiter.hit(kind, client=client, user_id=user_id)).headers()
+    return Caller(client, user_id, headers)
+
+
+async def health(request: Request) -> JSONResponse:
+    return JSONResponse(await health_checks.check(services(request)))
+
+
+async def read_json(request: Request) -> Any:
+    return schemas.decode_json(await request.body())
+
+
+def parse_uuid(value: str, what: str = "resource") -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise NotFound(f"No such {what}.") from None
+
+
+def chat_service(request: Request) -> ChatService:
+    chat = services(request).chat
+    if chat is None:
+        raise ServiceUnavailable("Chat is not available on this server.")
+    return chat
+
+
+def require_store(request: Request) -> Store:
+    store = services(request).store
+    if store is None:
+        raise ServiceUnavailable("Chat history is not enabled on this server.", code="history_disabled")
+    return store
+
+
+# -- asking -------------------------------------------------------------------------------------------
+
+
+async def _start(request: Request) -> tuple[chat_pipeline.Started, Caller]:
+    body = schemas.parse_chat_request(await read_json(request))  # a malformed request costs no budget
+    who = await caller(request, "ask")
+    service = chat_service(request)
+    slots = services(request).slots
+    slot = uuid.uuid4().hex
+    if slots is not None:
+        await slots.acquire(who.key, slot)
+
+    async def release() -> None:
+        if slots is not None:
+            await slots.release(who.key, slot)
+
+    try:
+        started = await chat_pipeline.start(service, body, user_id=who.user_id, on_finish=release)
+    except BaseException:
+        await release()
+        raise
+    if not started.created:
+        await release()  # attached to an earlier answer: nothing new is generated
+    return started, who
+
+
+async def chat(request: Request) -> Response:
+    """POST /api/chat: the answer as ``text/event-stream`` in the same response."""
+    started, who = await _start(request)
+    events = await chat_pipeline.events(chat_service(request), started.message_id)
+    if events is None:  # only when the first request's answer is gone everywhere (no Redis, no Postgres copy)
+        raise NotFound("No such message.")
+    return streaming.response(events, headers=who.budget_headers)
+
+
+async def create_message(request: Request) -> JSONResponse:
+    """POST /api/chat/messages: start generating; the answer is read from ``stream_url`` (EventSource)."""
+    started, who = await _start(request)
+    payload = {
+        "message_id": str(started.message_id),
+        "session_id": str(started.session_id),
+        "stream_url": started.stream_url,
+        "created": started.created,
+    }
+    if started.session_token:
+        payload["session_token"] = started.session_token
+    return JSONResponse(payload, status_code=202, headers=who.budget_headers)
+
+
+async def message_stream(request: Request) -> Response:
+    """GET /api/chat/messages/{id}/stream: live or replayed events after ``Last-Event-ID``; 204 after ``done``."""
+    who = await caller(request, "read")
+    service = chat_service(request)
+    message_id = _capability(request, service)
+    after = _last_event_id(request)
+    last = await chat_pipeline.last_event(service, message_id)
+    if last is None:
+        raise NotFound("No such message.")
+    last_id, ended = last
+    if ended and after >= last_id:
+        return Response(status_code=204, headers=who.budget_headers)  # the EventSource spec's "stop reconnecting"
+    events = await chat_pipeline.events(service, message_id, after)
+    if events is None:
+        raise NotFound("No such message.")
+    return streaming.response(events, headers=who.budget_headers)
+
+
+async def cancel_message(request: Request) -> JSONResponse:
+    """DELETE /api/chat/messages/{id}: stop the generation; its stream ends with ``done``/``cancelled``."""
+    who = await caller(request, "read")
+    service = chat_service(request)
+    message_id = _capability(request, service)
+    last = await chat_pipeline.last_event(service, message_id)
+    if last is None:
+        raise NotFound("No such message.")
+    if last[1]:
+        return JSONResponse({"message_id": str(message_id), "status": "finished"}, headers=who.budget_headers)
+    await service.registry.cancel(str(message_id), "client")
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        last = await chat_pipeline.last_event(service, message_id)
+        if last is None or last[1]:
+            return JSONResponse({"message_id": str(message_id), "status": "cancelled"}, headers=who.budget_headers)
+    return JSONResponse({"message_id": str(message_id), "status": "cancelling"}, status_code=202)
+
+
+def _capability(request: Request, service: ChatService) -> uuid.UUID:
+    """The message id of a request carrying a valid capability; 404 for anything else (nothing leaks)."""
+    message_id = parse_uuid(request.path_params["message_id"], "message")
+    if not service.capabilities.verify(str(message_id), request.query_params.get("cap")):
+        raise NotFound("No such message.")
+    return message_id
+
+
+def _last_event_id(request: Request) -> int:
+    raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id") or "0"
+    return int(raw) if raw.isdigit() and len(raw) < 10 else 0
+
+
+# -- history ------------------------------------------------------------------------------------------
+
+
+async def session_messages(request: Request) -> JSONResponse:
+    """GET /api/sessions/{id}/messages?limit=&after=: oldest first, with citations; ``next`` pages on."""
+    who = await caller(request, "read")
+    store = require_store(request)
+    session_id = await _own_session(request, store, who)
+    limit = _int_param(request, "limit", HISTORY_PAGE, 1, HISTORY_MAX_PAGE)
+    after = _time_param(request, "after")
+    messages = await store.history(session_id, limit=limit + 1, after=after)
+    page, more = messages[:limit], len(messages) > limit
+    body = {
+        "session_id": str(session_id),
+        "messages": [_message_json(m) for m in page],
+        "next": page[-1].created_at.isoformat() if more and page else None,
+    }
+    return JSONResponse(body, headers=who.budget_headers)
+
+
+async def delete_session(request: Request) -> Response:
+    """DELETE /api/sessions/{id}: the session, its messages and their citations."""
+    who = await caller(request, "read")
+    store = require_store(request)
+    session_id = await _own_session(request, store, who)
+    await store.delete_session(session_id)
+    return Response(status_code=204, headers=who.budget_headers)
+
+
+async def user_sessions(request: Request) -> JSONResponse:
+    """GET /api/sessions: a signed-in reader's sessions, newest activity first."""
+    who = await caller(request, "read")
+    if who.user_id is None:
+        raise Unauthorized("Sign in to list your conversations.", code="sign_in_required")
+    store = require_store(request)
+    limit = _int_param(request, "limit", HISTORY_PAGE, 1, HISTORY_MAX_PAGE)
+    sessions = await store.list_user_sessions(who.user_id, limit=limit)
+    body = {
+        "sessions": [
+            {
+                "id": str(s.id),
+                "title": s.title,
+                "message_count": s.message_count,
+                "created_at": s.created_at.isoformat(),
+                "last_activity_at": s.last_activity_at.isoformat(),
+            }
+            for s in sessions
+        ]
+    }
+    return JSONResponse(body, headers=who.budget_headers)
+
+
+async def feedback(request: Request) -> JSONResponse:
+    """POST /api/messages/{id}/feedback: up or down, optional comment; the last rating wins."""
+    who = await caller(request, "read")
+    message_id = parse_uuid(request.path_params["message_id"], "message")
+    body = schemas.parse_feedback(await read_json(request))
+    store = require_store(request)
+    message = await store.get_message(message_id)
+    token = request.headers.get("x-session-token")
+    if message is None or await store.authorize_session(message.session_id, token=token, user_id=who.user_id) is None:
+        raise NotFound("No such message.")
+    if not await store.set_feedback(message_id, message.session_id, body.rating, body.comment):  # type: ignore[arg-type]
+        raise NotFound("No such message.")
+    result = {"message_id": str(message_id), "rating": body.rating, "comment": body.comment}
+    return JSONResponse(result, headers=who.budget_headers)
+
+
+async def _own_session(request: Request, store: Store, who: Caller) -> uuid.UUID:
+    session_id = parse_uuid(request.path_params["session_id"], "session")
+    token = request.headers.get("x-session-token")
+    if await store.authorize_session(session_id, token=token, user_id=who.user_id) is None:
+        raise NotFound("No such session.", code="session_not_found")
+    return session_id
+
+
+def _message_json(message: MessageRow) -> dict[str, Any]:
+    return {
+        "id": str(message.id),
+        "role": message.role,
+        "content": message.content,
+        "status": message.status,
+        "mode": message.mode,
+        "module_filter": message.module_filter,
+        "selected_text": message.selected_text,
+        "confidence": message.confidence,
+        "feedback": message.feedback,
+        "created_at": message.created_at.isoformat(),
+        "citations": [_citation_json(c) for c in message.citations],
+    }
+
+
+def _citation_json(citation: Citation) -> dict[str, Any]:
+    return {
+        "n": citation.position,
+        "chunk_id": citation.chunk_id,
+        "module": citation.module,
+        "chapter": citation.chapter,
+        "title": citation.title,
+        "url": citation.url,
+        "score": citation.relevance_score,
+        "excerpt": citation.excerpt,
+    }
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}.", code="validation_error")
+    return int(raw)
+
+
+def _time_param(request: Request, name: str) -> datetime | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO 8601 timestamp (the 'next' of a previous page).") from None
+    if value.tzinfo is None:
+        raise BadRequest(f"{name} must include a time zone.", code="validation_error")
+    return value
+
+
+# -- the book -----------------------------------------------------------------------------------------
+
+
+async def modules(request: Request) -> JSONResponse:
+    who = await caller(request, "read")
+    index = services(request).index
+    if index is None or not await index.exists():
+        return JSONResponse({"modules": []}, headers=who.budget_headers)
+    body = {
+        "modules": [
+            {
+                "id": m.id,
+                "title": m.title,
+                "url": m.url,
+                "chapters": [{"id": c.id, "title": c.title, "url": c.url} for c in m.chapters],
+            }
+            for m in await index.modules()
+        ]
+    }
+    return JSONResponse(body, headers=who.budget_headers)
+
+
+async def faq(request: Request) -> JSONResponse:
+    who = await caller(request, "read")
+    service = chat_service(request)
+    return JSONResponse({"entries": [e.public() for e in service.faq.entries]}, headers=who.budget_headers)

@@ -1,0 +1,210 @@
+"""The app factory: routes, middleware, error handlers and the lifespan that owns every client.
+
+Nothing is built at import time; ``create_app(settings)`` builds one app (tests pass their own).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server import api, ingest, logs, openapi, webapp
+from server.errors import AppError, MethodNotAllowed, NotFound, PayloadTooLarge
+from server.services import Services, open_services
+from server.settings import Settings
+
+log = logging.getLogger(__name__)
+access_log = logging.getLogger("server.access")
+
+MAX_BODY_BYTES = 64 * 1024
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def create_app(settings: Settings | None = None, *, configure_logging: bool | None = None) -> Starlette:
+    """``configure_logging`` defaults to True when settings come from the environment (the served app)."""
+    if configure_logging is None:
+        configure_logging = settings is None
+    settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        if configure_logging:
+            logs.configure(settings.log_level, settings.log_format)
+        async with open_services(settings, chat=True) as services:
+            if settings.book_path is not None:
+                await _ingest_at_start(services)
+            yield {"services": services}
+
+    routes = [
+        Route("/health", api.health, methods=["GET"]),
+        Route("/openapi.json", _openapi, methods=["GET"]),
+        Route("/api/modules", api.modules, methods=["GET"]),
+        Route("/api/faq", api.faq, methods=["GET"]),
+        Route("/api/chat", api.chat, methods=["POST"]),
+        Route("/api/chat/messages", api.create_message, methods=["POST"]),
+        Route("/api/chat/messages/{message_id}/stream", api.message_stream, methods=["GET"]),
+        Route("/api/chat/messages/{message_id}", api.cancel_message, methods=["DELETE"]),
+        Route("/api/sessions", api.user_sessions, methods=["GET"]),
+        Route("/api/sessions/{session_id}/messages", api.session_messages, methods=["GET"]),
+        Route("/api/sessions/{session_id}", api.delete_session, methods=["DELETE"]),
+        Route("/api/messages/{message_id}/feedback", api.feedback, methods=["POST"]),
+        *webapp.routes(settings),  # the demo page, the book's pages (/docs/...) and the panel's assets
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            AppError: _app_error,
+            HTTPException: _http_error,
+            Exception: _unhandled_error,
+        },
+    )
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=list(settings.allowed_origins),
+        # Credentials only make sense (and are only allowed by browsers) for listed origins, never for "*".
+        allow_credentials="*" not in settings.allowed_origins,
+        allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "X-Request-ID", "X-Session-Token"],
+        expose_headers=["X-Request-ID", "Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"],
+        max_age=600,
+    )
+    app.add_middleware(RequestIdMiddleware)
+    return app
+
+
+async def _openapi(request: Request) -> JSONResponse:
+    return JSONResponse(openapi.document())
+
+
+async def _ingest_at_start(services: Services) -> None:
+    """``serve --book PATH``: bring the index up to date before taking requests (a no-op run is fast)."""
+    settings = services.settings
+    assert settings.book_path is not None and services.index is not None and services.embedder is not None
+    report = await ingest.run(settings.book_path, services.index, services.embedder, base_url=settings.book_base_url)
+    log.info("book ingested at start-up: %s", report.summary())
+
+
+def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+async def _app_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, AppError)
+    return error_response(exc.status, exc.code, exc.message, exc.headers or None)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return error_response(404, NotFound.code, "No such resource.")
+    if exc.status_code == 405:
+        return error_response(405, MethodNotAllowed.code, f"{request.method} is not allowed here.", exc.headers)
+    return error_response(exc.status_code, "http_error", str(exc.detail), exc.headers)
+
+
+async def _unhandled_error(request: Request, exc: Exception) -> Response:
+    # Starlette's ServerErrorMiddleware calls this for anything unhandled; only here is a traceback logged.
+    request_id = request.scope.get("request_id")  # our middleware has already reset the context variable
+    log.error(
+        "unhandled error on %s %s", request.method, request.url.path, exc_info=exc, extra={"request_id": request_id}
+    )
+    response = error_response(500, "internal_error", "Something went wrong on our side. Please try again.")
+    if request_id:
+        # ServerErrorMiddleware sits outside our middleware, so the header has to be set here too.
+        response.headers["X-Request-ID"] = request_id
+    return response
+
+
+class RequestIdMiddleware:
+    """Gives every request an id (the caller's X-Request-ID when it is sane), logged and echoed back."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        scope["request_id"] = request_id
+        token = logs.request_id_var.set(request_id)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                headers.append((b"x-request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            access_log.info(
+                "%s %s %s",
+                scope["method"],
+                scope["path"],
+                status,
+                extra={
+                    "request_id": request_id,
+                    "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                },
+            )
+            logs.request_id_var.reset(token)
+
+
+class BodyLimitMiddleware:
+    """Refuses bodies over ``max_bytes`` with 413, by Content-Length up front or while reading a chunked body."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise PayloadTooLarge(self._message)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    @property
+    def _message(self) -> str:
+        return f"The request body is larger than {self.max_bytes // 1024} KiB."
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, PayloadTooLarge.code, self._message, {"Connection": "close"})
+        await response(scope, receive, send)

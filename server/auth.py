@@ -1,0 +1,76 @@
+"""Who is asking: the user id (``sub``) of a verified ``Authorization: Bearer`` JWT, or None (anonymous).
+
+HS256 with ``AUTH_JWT_SECRET``, or the auth provider's keys from ``AUTH_JWKS_URL`` (fetched with a
+timeout, cached). A token that is present but expired, forged or malformed is a 401, never a silent
+downgrade to anonymous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import jwt
+
+from server.errors import Unauthorized
+from server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+JWKS_CACHE_S = 300
+LEEWAY_S = 30
+_ASYMMETRIC = ["RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "EdDSA"]
+
+
+class Authenticator:
+    def __init__(self, settings: Settings) -> None:
+        self._secret = settings.auth_jwt_secret.reveal() if settings.auth_jwt_secret else None
+        self._jwks: jwt.PyJWKClient | None = None
+        if settings.auth_jwks_url:
+            self._jwks = jwt.PyJWKClient(
+                settings.auth_jwks_url,
+                cache_keys=True,
+                lifespan=JWKS_CACHE_S,
+                timeout=int(max(1, settings.db_timeout_s)),
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self._secret is not None or self._jwks is not None
+
+    async def user_id(self, authorization: str | None) -> str | None:
+        if not authorization:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("Send the token as 'Authorization: Bearer <token>'.", code="invalid_token")
+        if not self.enabled:
+            raise Unauthorized("Sign-in is not enabled on this server; ask without a token.", code="auth_disabled")
+        claims = await self._verify(token.strip())
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject or len(subject) > 200:
+            raise Unauthorized("The token has no usable subject ('sub').", code="invalid_token")
+        return subject
+
+    async def _verify(self, token: str) -> dict[str, Any]:
+        try:
+            if self._jwks is not None:
+                # PyJWKClient fetches with urllib (blocking): keep it off the event loop.
+                key = await asyncio.to_thread(self._jwks.get_signing_key_from_jwt, token)
+                claims: dict[str, Any] = jwt.decode(
+                    token, key.key, algorithms=_ASYMMETRIC, leeway=LEEWAY_S, options={"require": ["sub", "exp"]}
+                )
+            else:
+                assert self._secret is not None
+                claims = jwt.decode(
+                    token, self._secret, algorithms=["HS256"], leeway=LEEWAY_S, options={"require": ["sub", "exp"]}
+                )
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized("The sign-in token has expired; sign in again.", code="token_expired") from None
+        except jwt.PyJWKClientError as exc:
+            log.warning("JWKS lookup failed: %s", exc)
+            raise Unauthorized("The sign-in token could not be verified.", code="invalid_token") from None
+        except jwt.InvalidTokenError:
+            raise Unauthorized("The sign-in token is not valid.", code="invalid_token") from None
+        return claims

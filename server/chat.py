@@ -1,0 +1,433 @@
+"""One question, end to end: session, stored question, retrieval, generation, events, stored answer.
+
+``start`` does the parts that can fail as a plain HTTP error (bad session → 404) and then hands the rest
+to a task of its own, which publishes into a ``MessageStream`` whatever happens to the connection.
+Every failure after that point becomes a notice, a fallback answer or an ``error`` event; the answer is
+written to Postgres once, at the end (no per-token writes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from server import logs, replay
+from server.capabilities import Capabilities
+from server.errors import DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
+from server.faq import Faq
+from server.generation import Finished, GenerationRequest, Generator, GenNotice, Token, Turn, Usage, cited_numbers
+from server.retrieval import Retrieval, Retriever, Source
+from server.schemas import ChatRequest
+from server.store import Citation, Completion, Exchange, Store
+from server.streaming import Event, MessageStream, StreamRegistry
+
+log = logging.getLogger(__name__)
+
+HISTORY_MESSAGES = 12  # the prompt builder keeps the newest that fit its budget
+
+
+@dataclass
+class ChatService:
+    store: Store | None
+    registry: StreamRegistry
+    retriever: Retriever | None
+    generator: Generator
+    faq: Faq
+    capabilities: Capabilities
+    llm_enabled: bool
+    daily_tokens: int = 50_000  # SESSION_DAILY_TOKENS: a session's budget over the last 24 hours
+
+
+@dataclass(frozen=True)
+class Started:
+    message_id: uuid.UUID
+    session_id: uuid.UUID
+    session_token: str | None
+    stream_url: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class _Session:
+    id: uuid.UUID
+    token: str | None  # only for a session created by this request
+    persisted: bool
+
+
+_NOTICE_HISTORY_OFF = "Chat history is off on this server, so this conversation will not be saved."
+_NOTICE_HISTORY_DOWN = "Your conversation can't be saved right now; the answer itself is not affected."
+_NOTICE_OFFLINE = "No AI model is configured, so this answer quotes the most relevant passages of the book."
+_NOTICE_FAQ = "The textbook search is unavailable right now, so here are the closest FAQ entries."
+
+
+async def start(
+    chat: ChatService,
+    request: ChatRequest,
+    *,
+    user_id: str | None = None,
+    on_finish: Callable[[], Awaitable[None]] | None = None,
+) -> Started:
+    """Store the question and start generating; a repeated ``client_request_id`` attaches to the first answer."""
+    notices: list[tuple[str, str]] = []
+    session = await _session(chat, request, user_id, notices)
+    exchange = await _exchange(chat, session, request, notices)
+    message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
+    stream_url = chat.capabilities.stream_url(str(message_id))
+    if exchange is not None and not exchange.created:
+        return Started(message_id, exchange.session_id, None, stream_url, created=False)
+    stream = chat.registry.create(str(message_id))
+    meta_base = {
+        "message_id": str(message_id),
+        "session_id": str(session.id),
+        **({"session_token": session.token} if session.token else {}),
+        "stream_url": stream_url,
+        "mode": request.mode,
+    }
+    stream.task = asyncio.create_task(
+        _run(chat, stream, request, session, exchange, meta_base, notices, on_finish), name=f"chat-{message_id}"
+    )
+    return Started(message_id, session.id, session.token, stream_url, created=True)
+
+
+async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> AsyncIterator[Event] | None:
+    """A message's events after ``after``: live (this worker or, with Redis, another), else replayed from Postgres."""
+    live = await chat.registry.events(str(message_id), after)
+    if live is not None:
+        return live
+    stored = await _stored_events(chat, message_id)
+    return None if stored is None else _iterate([e for e in stored if e.id > after])
+
+
+async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, bool] | None:
+    """``(newest event id, ended)`` for the 204 rule of a reconnect after ``done``; None: unknown message."""
+    live = await chat.registry.last_event(str(message_id))
+    if live is not None:
+        return live
+    stored = await _stored_events(chat, message_id)
+    return None if stored is None else (len(stored), True)
+
+
+async def _stored_events(chat: ChatService, message_id: uuid.UUID) -> list[Event] | None:
+    if chat.store is None:
+        return None
+    message = await chat.store.get_message(message_id)
+    if message is None or message.role != "assistant":
+        return None
+    return replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))
+
+
+async def _iterate(items: list[Event]) -> AsyncIterator[Event]:
+    for item in items:
+        yield item
+
+
+async def _session(
+    chat: ChatService, request: ChatRequest, user_id: str | None, notices: list[tuple[str, str]]
+) -> _Session:
+    if chat.store is None:
+        notices.append(("history_unavailable", _NOTICE_HISTORY_OFF))
+        return _Session(request.session_id or uuid.uuid4(), None, persisted=False)
+    try:
+        if request.session_id is not None:
+            owned = await chat.store.authorize_session(request.session_id, token=request.session_token, user_id=user_id)
+            if owned is None:
+                raise NotFound("No such session.", code="session_not_found")
+            await _check_token_budget(chat.store, request.session_id, chat.daily_tokens)
+            return _Session(request.session_id, None, persisted=True)
+        created = await chat.store.create_session(user_id=user_id)
+        return _Session(created.id, created.token, persisted=True)
+    except DatabaseUnavailable:
+        notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
+        return _Session(request.session_id or uuid.uuid4(), None, persisted=False)
+
+
+async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) -> None:
+    now = datetime.now(UTC)
+    used = await store.tokens_used_since(session_id, now - timedelta(days=1))
+    if used >= budget:
+        raise RateLimited(
+            "This conversation has used its token budget for today. Start a new chat or come back tomorrow.",
+            retry_after=3600,
+            code="token_budget_exhausted",
+        )
+
+
+async def _exchange(
+    chat: ChatService, session: _Session, request: ChatRequest, notices: list[tuple[str, str]]
+) -> Exchange | None:
+    if chat.store is None or not session.persisted:
+        return None
+    try:
+        return await chat.store.start_exchange(
+            session.id,
+            question=request.question,
+            mode="selection" if request.selected_text else "textbook",
+            module_filter=request.module,
+            selected_text=request.selected_text,
+            client_request_id=request.client_request_id,
+        )
+    except DatabaseUnavailable:
+        notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
+        return None
+
+
+async def _run(
+    chat: ChatService,
+    stream: MessageStream,
+    request: ChatRequest,
+    session: _Session,
+    exchange: Exchange | None,
+    meta_base: dict[str, Any],
+    notices: list[tuple[str, str]],
+    on_finish: Callable[[], Awaitable[None]] | None,
+) -> None:
+    logs.message_id_var.set(stream.message_id)
+    started = time.perf_counter()
+    state = _RunState()
+    try:
+        retrieval = await _retrieve(chat, request)
+        if retrieval is None:
+            await _answer_from_faq(chat, stream, request, meta_base, notices, state)
+        elif retrieval.declined:
+            _decline(stream, retrieval, meta_base, notices, state)
+        else:
+            await _answer(chat, stream, request, session, exchange, retrieval, meta_base, notices, state, started)
+    except asyncio.CancelledError:
+        _end_cancelled(stream, state, started)
+    except LLMUnavailable as exc:
+        state.status = "failed"
+        stream.publish("error", {"code": exc.code, "message": exc.message, "retryable": True})
+    except Exception:
+        log.exception("chat generation failed")
+        state.status = "failed"
+        if not stream.finished:
+            stream.publish(
+                "error",
+                {
+                    "code": "internal_error",
+                    "message": "Something went wrong while answering. Please retry.",
+                    "retryable": True,
+                },
+            )
+    finally:
+        if exchange is not None and chat.store is not None:
+            await _persist(chat.store, exchange, stream, state, started)
+        if on_finish is not None:
+            await on_finish()
+
+
+@dataclass
+class _RunState:
+    status: str = "complete"
+    sources: tuple[Source, ...] = ()
+    cited: tuple[int, ...] = ()
+    confidence: float | None = None
+    model: str | None = None
+    usage: Usage | None = None
+
+
+async def _retrieve(chat: ChatService, request: ChatRequest) -> Retrieval | None:
+    """Retrieval, or None when it is down (the FAQ answers instead)."""
+    if chat.retriever is None:
+        return None
+    try:
+        return await chat.retriever.retrieve(
+            request.question, module=request.module, selected_text=request.selected_text
+        )
+    except ServiceUnavailable as exc:
+        log.warning("retrieval unavailable (%s); answering from the FAQ", exc.code)
+    except Exception:
+        log.exception("retrieval failed; answering from the FAQ")
+    return None
+
+
+def _meta(meta_base: dict[str, Any], confidence: float, level: str, scope: dict[str, Any]) -> dict[str, Any]:
+    return {**meta_base, "confidence": round(confidence, 4), "confidence_level": level, "scope": scope}
+
+
+def _open(
+    stream: MessageStream, meta: dict[str, Any], sources: list[dict[str, Any]], notices: list[tuple[str, str]]
+) -> None:
+    stream.publish("meta", meta)
+    stream.publish("sources", {"sources": sources})
+    for code, message in notices:
+        stream.publish("notice", {"code": code, "message": message})
+
+
+def _done(stream: MessageStream, finish_reason: str, state: _RunState, timings: dict[str, float]) -> None:
+    usage = state.usage or Usage(0, 0)
+    stream.publish(
+        "done",
+        {
+            "message_id": stream.message_id,
+            "finish_reason": finish_reason,
+            "cited": list(state.cited),
+            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+            "timings_ms": timings,
+        },
+    )
+
+
+async def _answer_from_faq(
+    chat: ChatService,
+    stream: MessageStream,
+    request: ChatRequest,
+    meta_base: dict[str, Any],
+    notices: list[tuple[str, str]],
+    state: _RunState,
+) -> None:
+    scope = {"requested_module": request.module, "searched": "all", "note": None}
+    _open(stream, _meta(meta_base, 0.0, "none", scope), [], [*notices, ("fallback_faq", _NOTICE_FAQ)])
+    state.model = "faq"
+    stream.add_token(chat.faq.answer_text(request.question))
+    _done(stream, "fallback", state, {"retrieval": 0.0, "first_token": 0.0, "total": 0.0})
+
+
+def _decline(
+    stream: MessageStream,
+    retrieval: Retrieval,
+    meta_base: dict[str, Any],
+    notices: list[tuple[str, str]],
+    state: _RunState,
+) -> None:
+    state.confidence = retrieval.confidence
+    state.model = "decline"
+    meta = _meta(meta_base, retrieval.confidence, retrieval.level, retrieval.scope.event())
+    _open(
+        stream, meta, [s.event() for s in retrieval.related], notices + [(n.code, n.message) for n in retrieval.notices]
+    )
+    lines = ["I couldn't find this in the textbook, so I won't guess."]
+    if retrieval.related:
+        lines.append("These sections are the closest to your question:\n")
+        lines += [f"- [{' › '.join(s.heading_path) or s.title}]({s.url})" for s in retrieval.related]
+    stream.add_token("\n".join(lines))
+    _done(
+        stream,
+        "declined",
+        state,
+        {**retrieval.timings_ms, "first_token": 0.0, "total": retrieval.timings_ms["retrieval"]},
+    )
+
+
+async def _answer(
+    chat: ChatService,
+    stream: MessageStream,
+    request: ChatRequest,
+    session: _Session,
+    exchange: Exchange | None,
+    retrieval: Retrieval,
+    meta_base: dict[str, Any],
+    notices: list[tuple[str, str]],
+    state: _RunState,
+    started: float,
+) -> None:
+    state.sources = retrieval.sources
+    state.confidence = retrieval.confidence
+    all_notices = notices + [(n.code, n.message) for n in retrieval.notices]
+    if not chat.llm_enabled:
+        all_notices.append(("offline_generator", _NOTICE_OFFLINE))
+    meta = _meta(meta_base, retrieval.confidence, retrieval.level, retrieval.scope.event())
+    _open(stream, meta, [s.event() for s in retrieval.sources], all_notices)
+
+    history = await _history(chat, session, exchange)
+    generation = GenerationRequest(
+        question=request.question,
+        sources=retrieval.sources,
+        history=history,
+        mode=retrieval.mode,
+        selected_text=request.selected_text,
+        low_confidence=retrieval.level == "low",
+    )
+    first_token_ms: float | None = None
+    finish_reason = "stop"
+    events = chat.generator.stream(generation)
+    try:
+        async for event in events:
+            if isinstance(event, Token):
+                if first_token_ms is None:
+                    first_token_ms = (time.perf_counter() - started) * 1000
+                stream.add_token(event.text)
+            elif isinstance(event, GenNotice):
+                stream.publish("notice", {"code": event.code, "message": event.message})
+            elif isinstance(event, Finished):
+                finish_reason = event.finish_reason
+                state.usage = event.usage
+                state.model = event.model
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]  # closes the upstream HTTP stream at once
+    state.cited = tuple(cited_numbers(stream.text(), len(retrieval.sources)))
+    total_ms = (time.perf_counter() - started) * 1000
+    timings = {
+        "retrieval": retrieval.timings_ms.get("retrieval", 0.0),
+        "first_token": round(first_token_ms or total_ms, 2),
+        "total": round(total_ms, 2),
+    }
+    _done(stream, finish_reason, state, timings)
+
+
+async def _history(chat: ChatService, session: _Session, exchange: Exchange | None) -> list[Turn]:
+    if chat.store is None or not session.persisted or not chat.store.available:
+        return []
+    try:
+        messages = await chat.store.history(session.id, limit=500)
+    except DatabaseUnavailable:
+        return []
+    current = {exchange.user_message_id, exchange.assistant_message_id} if exchange else set()
+    turns = [
+        Turn(role=m.role, content=m.content)
+        for m in messages
+        if m.id not in current and m.content and (m.role == "user" or m.status == "complete")
+    ]
+    return turns[-HISTORY_MESSAGES:]
+
+
+def _end_cancelled(stream: MessageStream, state: _RunState, started: float) -> None:
+    state.status = "interrupted"
+    if stream.finished:
+        return
+    if stream.cancel_reason == "shutdown":
+        stream.publish(
+            "error",
+            {"code": "server_restarting", "message": "The server is restarting; please ask again.", "retryable": True},
+        )
+    else:
+        total = round((time.perf_counter() - started) * 1000, 2)
+        _done(stream, "cancelled", state, {"retrieval": 0.0, "first_token": 0.0, "total": total})
+
+
+async def _persist(store: Store, exchange: Exchange, stream: MessageStream, state: _RunState, started: float) -> None:
+    by_n = {s.n: s for s in state.sources}
+    citations = [
+        Citation(
+            position=n,
+            chunk_id=by_n[n].chunk_id,
+            module=by_n[n].module,
+            chapter=by_n[n].chapter,
+            title=by_n[n].title,
+            url=by_n[n].url,
+            relevance_score=round(by_n[n].score, 4),
+            excerpt=by_n[n].excerpt,
+        )
+        for n in state.cited
+        if n in by_n
+    ]
+    completion = Completion(
+        content=stream.text(),
+        status=state.status,  # type: ignore[arg-type]
+        confidence=None if state.confidence is None else max(0.0, min(1.0, state.confidence)),
+        model=state.model,
+        prompt_tokens=state.usage.prompt_tokens if state.usage else None,
+        completion_tokens=state.usage.completion_tokens if state.usage else None,
+        latency_ms=int((time.perf_counter() - started) * 1000),
+        citations=citations,
+    )
+    try:
+        await store.finish_message(exchange.assistant_message_id, completion)
+    except DatabaseUnavailable:
+        log.warning("answer not stored: database unavailable")

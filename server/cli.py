@@ -1,0 +1,231 @@
+"""``python -m server COMMAND``: a thin dispatcher; each command calls one function of another module.
+
+User mistakes (a bad setting, a missing database URL) print one line and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from server import __version__, logs
+from server.errors import AppError
+from server.settings import Settings, SettingsError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class UsageError(Exception):
+    """A mistake by whoever ran the command; printed as one line."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        logs.configure(settings.log_level, "text" if args.command != "serve" else settings.log_format)
+        result: int = args.run(args, settings)
+        return result
+    except (SettingsError, UsageError, AppError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m server", description="Textbook Chat server and tools.")
+    parser.add_argument("--version", action="version", version=__version__)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the HTTP server (uvicorn)")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (default: %(default)s)")
+    serve.add_argument("--book", type=Path, default=None, help="ingest this book incrementally at start (BOOK_PATH)")
+    serve.set_defaults(run=_serve)
+
+    ingest = commands.add_parser("ingest", help="index a Docusaurus book (incremental by content hash)")
+    ingest.add_argument("path", type=Path, help="the book's folder (containing docs/) or its docs folder")
+    ingest.add_argument("--dry-run", action="store_true", help="say what would change without writing")
+    ingest.add_argument("--force", action="store_true", help="drop the collection and re-embed everything")
+    ingest.set_defaults(run=_ingest)
+
+    migrate = commands.add_parser("migrate", help="upgrade the Postgres schema to the newest revision")
+    migrate.add_argument("--to", default="head", metavar="REVISION", help="target revision (default: head)")
+    migrate.add_argument("--downgrade", action="store_true", help="downgrade to --to instead (e.g. --to base)")
+    migrate.set_defaults(run=_migrate)
+
+    purge = commands.add_parser("purge", help="delete sessions idle longer than SESSION_RETENTION_DAYS")
+    purge.add_argument("--days", type=int, default=None, help="override SESSION_RETENTION_DAYS")
+    purge.add_argument("--batch-size", type=int, default=1000, help="sessions per transaction (default: 1000)")
+    purge.set_defaults(run=_purge)
+
+    evaluate = commands.add_parser("eval", help="measure retrieval on a question set (hit@k, MRR, declines, scope)")
+    evaluate.add_argument(
+        "questions", type=Path, help="a questions.jsonl file (shared/corpora/*/questions.jsonl format)"
+    )
+    evaluate.add_argument("--module-aware", action="store_true", help="ask answerable questions within their module")
+    evaluate.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON")
+    evaluate.add_argument("--plot", type=Path, default=None, metavar="PATH", help="draw confidence histograms (PNG)")
+    evaluate.add_argument("--calibrate", action="store_true", help="derive a calibration from these questions")
+    evaluate.set_defaults(run=_eval)
+    return parser
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.workers > 1 and not settings.redis_url:
+        raise UsageError("--workers > 1 needs REDIS_URL: streams, resume and rate limits are shared through Redis")
+    if args.workers > 1 and not settings.qdrant_url:
+        raise UsageError("--workers > 1 needs a Qdrant server (QDRANT_URL): the embedded index allows one process")
+    if args.book is not None:
+        book = args.book.expanduser().resolve()
+        if not book.is_dir():
+            raise UsageError(f"--book {args.book}: no such folder")
+        # Worker processes read their settings from the environment, so the flag travels that way.
+        os.environ["BOOK_PATH"] = str(book)
+    uvicorn.run(
+        "server.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_config=None,
+        proxy_headers=False,  # client addresses come from TRUSTED_PROXIES, not from uvicorn
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+def _ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from tqdm import tqdm
+
+    from server import ingest
+    from server.index import IndexLocked
+    from server.services import open_services
+
+    if not args.path.is_dir():
+        raise UsageError(f"{args.path}: no such folder")
+    bars: list[tqdm] = []
+
+    def progress(total: int) -> ingest.Progress:
+        bar = tqdm(total=total, unit="chunk", desc="embedding", disable=total == 0 or not sys.stderr.isatty())
+        bars.append(bar)
+        return bar.update
+
+    async def run() -> ingest.IngestReport:
+        light = settings.replace(database_url=None, redis_url=None)
+        async with open_services(light, retrieval=True) as services:
+            assert services.index is not None and services.embedder is not None
+            return await ingest.run(
+                args.path,
+                services.index,
+                services.embedder,
+                base_url=settings.book_base_url,
+                force=args.force,
+                dry_run=args.dry_run,
+                progress=progress,
+            )
+
+    try:
+        report = asyncio.run(run())
+    except IndexLocked as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        for bar in bars:
+            bar.close()
+    for skipped in report.skipped:
+        print(f"skipped {skipped.file_path}: {skipped.reason}")
+    print(report.summary())
+    return 0
+
+
+def _migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from alembic import command
+    from alembic.config import Config
+
+    if not settings.database_url:
+        raise UsageError("DATABASE_URL is not set: nothing to migrate.")
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    config.set_main_option("sqlalchemy.url", settings.database_url)
+    try:
+        if args.downgrade:
+            command.downgrade(config, args.to)
+        else:
+            command.upgrade(config, args.to)
+    except Exception as exc:  # alembic/SQLAlchemy raise many types; the operator needs one line
+        raise UsageError(f"migration failed: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+    print(f"database at {'downgraded to' if args.downgrade else 'revision'} {args.to}")
+    return 0
+
+
+def _purge(args: argparse.Namespace, settings: Settings) -> int:
+    from server.services import open_services
+
+    if not settings.database_url:
+        raise UsageError("DATABASE_URL is not set: there is nothing to purge.")
+    days = args.days if args.days is not None else settings.session_retention_days
+    if days < 1 or args.batch_size < 1:
+        raise UsageError("--days and --batch-size must be at least 1")
+
+    async def run() -> int:
+        async with open_services(settings.replace(redis_url=None)) as services:
+            assert services.store is not None
+            return await services.store.purge(retention_days=days, batch_size=args.batch_size)
+
+    deleted = asyncio.run(run())
+    print(f"purged {deleted} session(s) idle for more than {days} day(s)")
+    return 0
+
+
+def _eval(args: argparse.Namespace, settings: Settings) -> int:
+    from server import evaluate
+    from server.index import IndexLocked
+    from server.retrieval import Retriever
+    from server.services import open_services
+
+    try:
+        questions = evaluate.load_questions(args.questions)
+    except (OSError, evaluate.QuestionFileError) as exc:
+        raise UsageError(str(exc)) from None
+
+    async def run() -> tuple[list[evaluate.Outcome], Retriever]:
+        async with open_services(settings.replace(database_url=None, redis_url=None), retrieval=True) as services:
+            assert services.index is not None and services.embedder is not None
+            if not await services.index.exists():
+                raise UsageError(f"no index at {settings.qdrant_url or settings.qdrant_path}: run ingest first")
+            retriever = Retriever(services.index, services.embedder)
+            return await evaluate.run(retriever, questions, module_aware=args.module_aware), retriever
+
+    try:
+        outcomes, retriever = asyncio.run(run())
+    except IndexLocked as exc:
+        raise UsageError(str(exc)) from None
+    figures = evaluate.figures(outcomes)
+    title = f"{args.questions} ({retriever.embedder.name} embedder{', module-aware' if args.module_aware else ''})"
+    print(evaluate.table(figures, title=title))
+    if args.calibrate:
+        print(evaluate.calibration_report(outcomes, retriever.calibration))
+    if args.json is not None:
+        report = evaluate.to_json(
+            figures, outcomes, embedder=retriever.embedder.name, calibration=retriever.calibration
+        )
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.plot is not None:
+        try:
+            evaluate.plot(outcomes, retriever.calibration, args.plot, title=title)
+        except evaluate.PlotUnavailable as exc:
+            raise UsageError(str(exc)) from None
+    return 0

@@ -1,0 +1,230 @@
+"""One embedding interface, two embedders: local all-MiniLM-L6-v2 (onnxruntime, no torch) and OpenAI.
+
+The local model's ONNX graph is built once from the package's safetensors and cached under DATA_DIR
+(``onnx_minilm.py``); inference runs in one worker thread so the event loop never blocks. OpenAI errors
+are translated here into ``RetrievalUnavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from server import onnx_minilm
+from server.errors import RetrievalUnavailable
+from server.settings import Settings
+from server.tokens import TokenCounter, counter_for_model, local_counter
+
+log = logging.getLogger(__name__)
+
+_LOCAL_MAX_WORDPIECES = 256
+_OPENAI_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
+_OPENAI_MAX_INPUT_TOKENS = 8191
+_OPENAI_MAX_REQUEST_TOKENS = 250_000
+_OPENAI_MAX_INPUTS = 2048
+_RETRIES = 3
+_MAX_RETRY_AFTER_S = 20.0
+
+
+class Embedder(Protocol):
+    name: str
+    model: str
+    dim: int
+    counter: TokenCounter
+    chunk_tokens: int
+    chunk_overlap: int
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    async def embed_query(self, text: str) -> list[float]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def create_embedder(settings: Settings) -> Embedder:
+    if settings.embedder == "openai":
+        if settings.openai_api_key is None:
+            raise RetrievalUnavailable("EMBEDDER=openai needs OPENAI_API_KEY.")
+        return OpenAIEmbedder(
+            api_key=settings.openai_api_key.reveal(),
+            base_url=settings.openai_base_url,
+            model=settings.embedding_model,
+            timeout_s=settings.llm_timeout_s,
+        )
+    return LocalEmbedder(settings.data_dir)
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2: 384 dimensions, mean-pooled and L2-normalised; reads at most 256 word pieces."""
+
+    name = "local"
+    model = onnx_minilm.MODEL_NAME
+    dim = 384
+    chunk_tokens = 200  # below the 256 word pieces it reads, leaving room for the heading breadcrumb
+    chunk_overlap = 30
+
+    def __init__(self, data_dir: Path, *, batch_size: int = 32, query_cache_size: int = 512) -> None:
+        self.counter = local_counter()
+        self._data_dir = data_dir
+        self._batch_size = batch_size
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._limiter = anyio.CapacityLimiter(1)  # one inference at a time; onnxruntime itself uses every core
+        self._cache: OrderedDict[str, list[float]] = OrderedDict()
+        self._cache_size = query_cache_size
+
+    def warm_up(self) -> None:
+        self.embed(["warm up"])
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Synchronous, batched; rows in input order. Sorted by length inside so batches pad little."""
+        self._load()
+        result = np.zeros((len(texts), self.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self._batch_size):
+            batch = order[start : start + self._batch_size]
+            encodings = self._tokenizer.encode_batch([texts[i] for i in batch])
+            ids = np.array([e.ids for e in encodings], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            (vectors,) = self._session.run([onnx_minilm.OUTPUT_NAME], feeds)
+            result[batch] = vectors
+        return result
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = await anyio.to_thread.run_sync(self.embed, list(texts), limiter=self._limiter)
+        return vectors.tolist()  # type: ignore[no-any-return]
+
+    async def embed_query(self, text: str) -> list[float]:
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            return cached
+        (vector,) = await self.embed_documents([text])
+        self._cache[text] = vector
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return vector
+
+    async def aclose(self) -> None:
+        self._session = None
+
+    def _load(self) -> None:
+        if self._session is not None:
+            return
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        path = onnx_minilm.cached_model_path(self._data_dir)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = os.cpu_count() or 1
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        tokenizer = Tokenizer.from_file(str(onnx_minilm.model_dir() / "tokenizer.json"))
+        tokenizer.enable_truncation(max_length=_LOCAL_MAX_WORDPIECES)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tokenizer = tokenizer
+        self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class OpenAIEmbedder:
+    """OpenAI embeddings, batched by input count and tokens, with our own retry policy (429 and 5xx)."""
+
+    name = "openai"
+    chunk_tokens = 512
+    chunk_overlap = 64
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        base_url: str | None,
+        model: str,
+        timeout_s: float,
+        max_inputs: int = _OPENAI_MAX_INPUTS,
+        dim: int | None = None,
+    ) -> None:
+        from openai import AsyncOpenAI
+
+        self.model = model
+        self.dim = dim or _OPENAI_DIMS.get(model, 1536)
+        self.counter = counter_for_model(model)
+        self._max_inputs = max_inputs
+        self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for batch in self._batches([self.counter.truncate(t, _OPENAI_MAX_INPUT_TOKENS) for t in texts]):
+            vectors.extend(await self._request(batch))
+        return vectors
+
+    async def embed_query(self, text: str) -> list[float]:
+        (vector,) = await self.embed_documents([text])
+        return vector
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _batches(self, texts: Sequence[str]) -> list[list[str]]:
+        batches: list[list[str]] = []
+        current: list[str] = []
+        tokens = 0
+        for text in texts:
+            n = self.counter.count(text)
+            if current and (len(current) >= self._max_inputs or tokens + n > _OPENAI_MAX_REQUEST_TOKENS):
+                batches.append(current)
+                current, tokens = [], 0
+            current.append(text)
+            tokens += n
+        if current:
+            batches.append(current)
+        return batches
+
+    async def _request(self, batch: list[str]) -> list[list[float]]:
+        import openai
+
+        for attempt in range(_RETRIES + 1):
+            try:
+                response = await self._client.embeddings.create(model=self.model, input=batch)
+                return [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
+            except openai.RateLimitError as exc:
+                delay = _retry_after(exc.response.headers.get("retry-after"), attempt)
+                if attempt == _RETRIES or delay > _MAX_RETRY_AFTER_S:
+                    raise _unavailable(exc) from exc
+            except (openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError) as exc:
+                if attempt == _RETRIES:
+                    raise _unavailable(exc) from exc
+                delay = _backoff(attempt)
+            except openai.APIError as exc:
+                raise _unavailable(exc) from exc
+            log.warning("embedding request failed; retrying in %.1f s", delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+
+def _backoff(attempt: int) -> float:
+    return min(8.0, 0.5 * 2**attempt) * (0.8 + 0.4 * random.random())
+
+
+def _retry_after(header: str | None, attempt: int) -> float:
+    try:
+        return max(0.0, float(header)) if header is not None else _backoff(attempt)
+    except ValueError:
+        return _backoff(attempt)
+
+
+def _unavailable(exc: Exception) -> RetrievalUnavailable:
+    log.warning("embedding service unavailable: %s", type(exc).__name__)
+    return RetrievalUnavailable("The textbook search is temporarily unavailable.")

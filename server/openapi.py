@@ -1,0 +1,160 @@
+"""``GET /openapi.json``: the OpenAPI 3.1 document of the HTTP API (DESIGN.md "HTTP API").
+
+Written by hand from the request schemas in ``schemas.py``; tests/test_openapi.py checks that every
+route of the app is described here and nothing else is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server import __version__
+from server.schemas import CHAT_REQUEST_SCHEMA, FEEDBACK_REQUEST_SCHEMA
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_SSE = {"text/event-stream": {"schema": {"type": "string", "description": "DESIGN.md SSE protocol"}}}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    reasons = {
+        400: "Malformed or invalid request",
+        401: "Bearer token expired, forged or malformed",
+        404: "Not found, or not yours",
+        413: "Body over 64 KiB",
+        429: "Rate limit or budget exceeded (Retry-After)",
+        503: "A dependency this route needs is down",
+    }
+    return {str(s): {"description": reasons[s], "content": _json(_ERROR)} for s in statuses}
+
+
+_SESSION_TOKEN = {"name": "X-Session-Token", "in": "header", "required": False, "schema": {"type": "string"}}
+_UUID_PARAM = {"required": True, "in": "path", "schema": {"type": "string", "format": "uuid"}}
+_CAP = {"name": "cap", "in": "query", "required": True, "schema": {"type": "string"}}
+_OBJECT = {"type": "object"}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Textbook Chat", "version": __version__},
+        "components": {
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "required": ["code", "message"],
+                            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                        }
+                    },
+                },
+                "ChatRequest": CHAT_REQUEST_SCHEMA,
+                "FeedbackRequest": FEEDBACK_REQUEST_SCHEMA,
+            },
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+        },
+        "paths": {
+            "/health": {"get": _op("Per-service health; 200 while the process can answer", _OBJECT, errors=())},
+            "/api/chat": {
+                "post": {
+                    **_op(
+                        "Ask; the answer streams back as SSE in this response", None, errors=(400, 401, 404, 413, 429)
+                    ),
+                    "requestBody": _chat_body(),
+                    "responses": {
+                        "200": {"description": "SSE stream", "content": _SSE},
+                        **_errors(400, 401, 404, 413, 429),
+                    },
+                }
+            },
+            "/api/chat/messages": {
+                "post": {
+                    **_op(
+                        "Ask; generation starts, read it from stream_url",
+                        _OBJECT,
+                        status=202,
+                        errors=(400, 401, 404, 413, 429),
+                    ),
+                    "requestBody": _chat_body(),
+                }
+            },
+            "/api/chat/messages/{message_id}/stream": {
+                "get": {
+                    "summary": "The message's events (EventSource); resumes after Last-Event-ID; 204 after done",
+                    "parameters": [
+                        {"name": "message_id", **_UUID_PARAM},
+                        _CAP,
+                        {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}},
+                        {"name": "last_event_id", "in": "query", "required": False, "schema": {"type": "integer"}},
+                    ],
+                    "responses": {
+                        "200": {"description": "SSE stream", "content": _SSE},
+                        "204": {"description": "Already finished: stop reconnecting"},
+                        **_errors(404, 429),
+                    },
+                }
+            },
+            "/api/chat/messages/{message_id}": {
+                "delete": {
+                    **_op("Stop a generation (same capability as the stream)", _OBJECT, errors=(404, 429)),
+                    "parameters": [{"name": "message_id", **_UUID_PARAM}, _CAP],
+                }
+            },
+            "/api/sessions": {
+                "get": {
+                    **_op("A signed-in reader's sessions, newest first", _OBJECT, errors=(401, 429, 503)),
+                    "security": [{"bearer": []}],
+                }
+            },
+            "/api/sessions/{session_id}/messages": {
+                "get": {
+                    **_op(
+                        "A session's messages with citations, oldest first", _OBJECT, errors=(400, 401, 404, 429, 503)
+                    ),
+                    "parameters": [
+                        {"name": "session_id", **_UUID_PARAM},
+                        _SESSION_TOKEN,
+                        {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"}},
+                        {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
+                    ],
+                }
+            },
+            "/api/sessions/{session_id}": {
+                "delete": {
+                    "summary": "Delete a session and everything in it",
+                    "parameters": [{"name": "session_id", **_UUID_PARAM}, _SESSION_TOKEN],
+                    "responses": {"204": {"description": "Deleted"}, **_errors(401, 404, 429, 503)},
+                }
+            },
+            "/api/messages/{message_id}/feedback": {
+                "post": {
+                    **_op("Rate an answer; the last rating wins", _OBJECT, errors=(400, 401, 404, 413, 429, 503)),
+                    "parameters": [{"name": "message_id", **_UUID_PARAM}, _SESSION_TOKEN],
+                    "requestBody": {
+                        "required": True,
+                        "content": _json({"$ref": "#/components/schemas/FeedbackRequest"}),
+                    },
+                }
+            },
+            "/api/modules": {"get": _op("Modules and chapters in the index", _OBJECT, errors=(429, 503))},
+            "/api/faq": {"get": _op("The static FAQ", _OBJECT, errors=(429,))},
+            "/openapi.json": {"get": _op("This document", _OBJECT, errors=())},
+        },
+    }
+
+
+def _chat_body() -> dict[str, Any]:
+    return {"required": True, "content": _json({"$ref": "#/components/schemas/ChatRequest"})}
+
+
+def _op(summary: str, schema: dict[str, Any] | None, *, status: int = 200, errors: tuple[int, ...]) -> dict[str, Any]:
+    ok: dict[str, Any] = {"description": summary}
+    if schema is not None:
+        ok["content"] = _json(schema)
+    return {"summary": summary, "responses": {str(status): ok, **_errors(*errors)}}

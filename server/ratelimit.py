@@ -1,0 +1,216 @@
+"""Rate limits (``limits``, moving window) and the client address they are keyed on.
+
+Questions cost ``RATE_LIMIT_ANON`` per client address or ``RATE_LIMIT_USER`` per signed-in user; reads
+have ``RATE_LIMIT_READ``. Storage is Redis when configured (shared by every worker), else memory; if Redis
+fails mid-run the limits carry on in memory with a logged warning and go back to Redis later, so a limit
+never turns into a 500. Headers follow the IETF RateLimit draft plus ``Retry-After`` on a 429.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from limits import RateLimitItem, parse
+from limits.aio.strategies import MovingWindowRateLimiter
+from limits.storage import storage_from_string
+
+from server.errors import RateLimited
+from server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["ask", "read"]
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+REDIS_RETRY_S = 30.0  # after a Redis failure, memory serves for this long before Redis is tried again
+
+
+@dataclass(frozen=True)
+class Budget:
+    limit: int
+    remaining: int
+    reset_s: int
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(self.reset_s),
+        }
+
+
+class RateLimiter:
+    def __init__(self, settings: Settings, *, prefix: str = "tc") -> None:
+        self._items: dict[str, RateLimitItem] = {
+            "anon": parse(settings.rate_limit_anon),
+            "user": parse(settings.rate_limit_user),
+            "read": parse(settings.rate_limit_read),
+        }
+        self._prefix = prefix
+        self._memory = MovingWindowRateLimiter(storage_from_string("async+memory://"))
+        self._redis: MovingWindowRateLimiter | None = None
+        if settings.redis_url:
+            storage = storage_from_string(
+                "async+" + settings.redis_url,
+                implementation="redispy",
+                socket_timeout=settings.db_timeout_s,
+                socket_connect_timeout=settings.db_timeout_s,
+            )
+            self._redis = MovingWindowRateLimiter(storage)
+        self._redis_down_until = 0.0
+
+    async def hit(self, kind: Kind, *, client: str, user_id: str | None) -> Budget:
+        """Spend one unit of ``kind`` for this caller; raises ``RateLimited`` (429) when none is left."""
+        if kind == "read":
+            name, key = "read", f"user:{user_id}" if user_id else f"ip:{client}"
+        elif user_id:
+            name, key = "user", f"user:{user_id}"
+        else:
+            name, key = "anon", f"ip:{client}"
+        item = self._items[name]
+        allowed, reset_at, remaining = await self._hit(item, name, key)
+        reset_s = max(1, math.ceil(reset_at - time.time()))
+        budget = Budget(item.amount, max(0, remaining), reset_s)
+        if not allowed:
+            what = "questions" if kind == "ask" else "requests"
+            raise RateLimited(
+                f"Too many {what}: {item.amount} per {_window(item)}. Try again in {_human(reset_s)}.",
+                retry_after=reset_s,
+                headers=budget.headers(),
+            )
+        return budget
+
+    async def _hit(self, item: RateLimitItem, name: str, key: str) -> tuple[bool, float, int]:
+        limiter = self._memory
+        if self._redis is not None and time.monotonic() >= self._redis_down_until:
+            limiter = self._redis
+        try:
+            allowed = await limiter.hit(item, self._prefix, name, key)
+            stats = await limiter.get_window_stats(item, self._prefix, name, key)
+        except Exception as exc:  # noqa: BLE001 -- any storage failure: fall back, never 500
+            if limiter is self._memory:
+                raise
+            log.warning(
+                "rate-limit storage failed (%s); limiting in memory for %.0f s", type(exc).__name__, REDIS_RETRY_S
+            )
+            self._redis_down_until = time.monotonic() + REDIS_RETRY_S
+            return await self._hit(item, name, key)
+        return allowed, stats.reset_time, stats.remaining
+
+
+def client_address(peer: str | None, forwarded_for: str | None, trusted: Sequence[Network]) -> str:
+    """The socket peer, or, when the peer is a trusted proxy, the nearest untrusted address it forwarded.
+
+    ``X-Forwarded-For`` is read right to left and only through trusted hops, so a client cannot mint new
+    budgets by sending its own header.
+    """
+    address = peer or "unknown"
+    if not trusted or not forwarded_for or not _is_trusted(address, trusted):
+        return address
+    for hop in reversed([part.strip() for part in forwarded_for.split(",") if part.strip()]):
+        if not _valid_ip(hop):
+            return address
+        address = hop
+        if not _is_trusted(hop, trusted):
+            return hop
+    return address
+
+
+def _is_trusted(address: str, trusted: Sequence[Network]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
+
+
+def _valid_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _window(item: RateLimitItem) -> str:
+    unit: Any = item.GRANULARITY.name
+    return unit if item.multiples == 1 else f"{item.multiples} {unit}s"
+
+
+def _human(seconds: int) -> str:
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{round(seconds / 3600)} h"
+
+
+class StreamSlots:
+    """At most ``MAX_STREAMS_PER_CLIENT`` generations at once per caller, across workers when Redis is set.
+
+    With Redis, a sorted set per caller holds its live message ids, each scored with an expiry so a
+    crashed worker's slots free themselves; without it (or while Redis fails) a per-process count serves.
+    """
+
+    def __init__(self, limit: int, redis: Any | None, *, slot_ttl_s: float = 600.0) -> None:
+        self.limit = limit
+        self._redis = redis
+        self._slot_ttl_s = slot_ttl_s
+        self._local: dict[str, set[str]] = {}
+
+    async def acquire(self, key: str, message_id: str) -> None:
+        """Take a slot for ``message_id``; raises ``RateLimited`` when the caller already has ``limit``."""
+        if self._redis is not None:
+            try:
+                taken = await self._acquire_redis(key, message_id)
+            except Exception as exc:  # noqa: BLE001 -- Redis trouble must not block questions
+                log.warning("stream slots unavailable in Redis (%s); counting in this process", type(exc).__name__)
+            else:
+                if not taken:
+                    raise self._busy()
+                return
+        live = self._local.setdefault(key, set())
+        if len(live) >= self.limit:
+            raise self._busy()
+        live.add(message_id)
+
+    async def release(self, key: str, message_id: str) -> None:
+        live = self._local.get(key)
+        if live is not None:
+            live.discard(message_id)
+            if not live:
+                del self._local[key]
+        if self._redis is not None:
+            try:
+                await self._redis.zrem(f"tc:slots:{key}", message_id)
+            except Exception as exc:  # noqa: BLE001 -- the slot expires by itself
+                log.warning("stream slot not released in Redis (%s)", type(exc).__name__)
+
+    async def _acquire_redis(self, key: str, message_id: str) -> bool:
+        # Add first, then count: two racing requests can only both be refused, never both let through.
+        now = time.time()
+        name = f"tc:slots:{key}"
+        redis = self._redis
+        assert redis is not None
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(name, "-inf", now)
+            pipe.zadd(name, {message_id: now + self._slot_ttl_s})
+            pipe.expire(name, int(self._slot_ttl_s))
+            pipe.zcard(name)
+            *_, count = await pipe.execute()
+        if int(count) > self.limit:
+            await redis.zrem(name, message_id)
+            return False
+        return True
+
+    def _busy(self) -> RateLimited:
+        return RateLimited(
+            f"You already have {self.limit} answers in progress; wait for one to finish.",
+            retry_after=5,
+            code="too_many_streams",
+        )

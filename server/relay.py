@@ -1,0 +1,173 @@
+"""Cross-worker streams over Redis: events mirrored into Redis Streams, remote readers, remote cancel.
+
+The worker that generates keeps the ``MessageStream`` (streaming.py) and mirrors every event, in order,
+into ``tc:events:{message_id}`` with the event's own sequence number as the entry id (``0-{seq}``), so
+``XREAD`` after ``0-{Last-Event-ID}`` resumes exactly. Readers elsewhere refresh ``tc:listen:{id}`` so
+the owner's grace timer knows someone still listens; ``DELETE`` on any worker reaches the owner through
+the ``tc:cancel`` channel. Keys expire after ``STREAM_TTL_S``; Postgres replays finished answers after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from server.streaming import TERMINAL, Event
+
+log = logging.getLogger(__name__)
+
+CANCEL_CHANNEL = "tc:cancel"
+LISTEN_TTL_MS = 5000
+READ_BLOCK_MS = 1000  # below the client's socket timeout (DB_TIMEOUT_S), so a block never looks like a hang
+STALL_LIMIT_S = 90.0  # no event for this long: the generating worker is gone
+
+
+def events_key(message_id: str) -> str:
+    return f"tc:events:{message_id}"
+
+
+def listen_key(message_id: str) -> str:
+    return f"tc:listen:{message_id}"
+
+
+class RedisRelay:
+    def __init__(self, redis: Redis, *, ttl_s: float) -> None:
+        self.redis = redis
+        self.ttl_ms = int(ttl_s * 1000)
+        self._queue: asyncio.Queue[tuple[str, Event]] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+
+    async def start(self, on_cancel: Callable[[str], None]) -> None:
+        self._writer = asyncio.create_task(self._write_loop(), name="relay-writer")
+        self._listener = asyncio.create_task(self._cancel_loop(on_cancel), name="relay-cancel")
+
+    async def close(self) -> None:
+        await self.flush()
+        for task in (self._writer, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def mirror(self, message_id: str, event: Event) -> None:
+        """Queue ``event`` for Redis; one writer keeps each message's events in order."""
+        self._queue.put_nowait((message_id, event))
+
+    async def flush(self, timeout_s: float = 2.0) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._queue.join()
+
+    async def exists(self, message_id: str) -> bool:
+        try:
+            return bool(await self.redis.exists(events_key(message_id)))
+        except RedisError:
+            return False
+
+    async def last_id(self, message_id: str) -> tuple[int, bool] | None:
+        """The newest event's id and whether it ended the stream; None when Redis has no such stream."""
+        try:
+            entries: Any = await self.redis.xrevrange(events_key(message_id), count=1)
+        except RedisError:
+            return None
+        if not entries:
+            return None
+        entry_id, fields = entries[0]
+        return _seq(entry_id), _field(fields, "e") in TERMINAL
+
+    async def read(self, message_id: str, after: int) -> AsyncIterator[Event]:
+        """Events with id > ``after`` until a terminal one; heartbeats ``tc:listen`` meanwhile."""
+        key = events_key(message_id)
+        last_entry: Any = f"0-{after}"
+        quiet_since = time.monotonic()
+        while True:
+            await self.redis.set(listen_key(message_id), "1", px=LISTEN_TTL_MS)
+            answer: Any = await self.redis.xread({key: last_entry}, count=200, block=READ_BLOCK_MS)
+            if not answer:
+                if time.monotonic() - quiet_since > STALL_LIMIT_S:
+                    yield Event(after + 1, "error", _LOST)
+                    return
+                continue
+            quiet_since = time.monotonic()
+            for entry_id, fields in answer[0][1]:
+                event = Event(_seq(entry_id), _field(fields, "e"), json.loads(_field(fields, "d")))  # type: ignore[arg-type]
+                last_entry, after = entry_id, event.id
+                yield event
+                if event.event in TERMINAL:
+                    return
+
+    async def has_listener(self, message_id: str) -> bool:
+        try:
+            return bool(await self.redis.exists(listen_key(message_id)))
+        except RedisError:
+            return False
+
+    async def request_cancel(self, message_id: str) -> bool:
+        """Ask whichever worker owns ``message_id`` to stop it; False when Redis is unreachable."""
+        try:
+            await self.redis.publish(CANCEL_CHANNEL, message_id)
+            return True
+        except RedisError:
+            return False
+
+    async def _write_loop(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and len(batch) < 500:
+                batch.append(self._queue.get_nowait())
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for message_id, event in batch:
+                        key = events_key(message_id)
+                        fields: dict[Any, Any] = {"e": event.event, "d": json.dumps(event.data, ensure_ascii=False)}
+                        pipe.xadd(key, fields, id=f"0-{event.id}")
+                        pipe.pexpire(key, self.ttl_ms)
+                    await pipe.execute(raise_on_error=False)
+            except (RedisError, OSError) as exc:
+                # Local listeners are unaffected; remote readers of these events fall back to Postgres.
+                log.warning("stream events not mirrored to Redis (%s)", type(exc).__name__)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    async def _cancel_loop(self, on_cancel: Callable[[str], None]) -> None:
+        while True:
+            try:
+                async with self.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(CANCEL_CHANNEL)
+                    while True:
+                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                        if message is not None:
+                            data = message["data"]
+                            on_cancel(data.decode() if isinstance(data, bytes) else str(data))
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                log.warning("cancel channel lost (%s); resubscribing", type(exc).__name__)
+                await asyncio.sleep(1.0)
+
+
+_LOST = {
+    "code": "generation_lost",
+    "message": "The server answering this question went away. Please ask again.",
+    "retryable": True,
+}
+
+
+def _seq(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[1])
+
+
+def _field(fields: dict[Any, Any], name: str) -> str:
+    value = fields.get(name.encode(), fields.get(name))
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,494 @@
+"""Retrieval: embed, search (dense + keyword, fused), rerank and diversify, fit the budget, widen the scope.
+
+Plain values in, dataclasses out (no Starlette). Confidence (``confidence.py``) comes from the kept
+sources' relevance (dense cosine plus keyword coverage) and the names the book knows; the module filter
+follows DESIGN.md's adaptive rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from server import confidence, sparse
+from server.confidence import Calibration, Level
+from server.embeddings import Embedder
+from server.index import Hit, VectorIndex
+
+CANDIDATES = 10
+TOP_K = 5
+SELECTION_TOP_K = 3
+CONTEXT_BUDGET_TOKENS = 3000
+RELATED_K = 3
+_KEYWORD_WEIGHT = 0.2  # how much covering the question's keywords lifts a candidate's dense score
+_DUPLICATE_OVERLAP = 0.6  # word-set overlap above which two chunks say the same thing
+_QUESTION_PENALTY = 0.1  # how much a passage of questions and answer options is pushed down
+_SELECTION_BOOST = 0.3
+_RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al. 2009)
+_EXCERPT_CHARS = 240
+
+Mode = Literal["textbook", "selection"]
+NoticeCode = Literal["low_confidence", "scope_widened", "scope_partial", "scope_limited"]
+
+
+@dataclass(frozen=True)
+class Source:
+    n: int
+    chunk_id: str
+    file_path: str
+    module: str
+    module_title: str
+    chapter: str
+    title: str
+    heading_path: tuple[str, ...]
+    url: str
+    score: float  # dense similarity with the question
+    excerpt: str
+    text: str
+    token_count: int
+
+    def event(self) -> dict[str, Any]:
+        """The ``sources`` event entry (DESIGN.md SSE protocol)."""
+        return {
+            "n": self.n,
+            "chunk_id": self.chunk_id,
+            "file_path": self.file_path,
+            "module": self.module,
+            "chapter": self.chapter,
+            "title": self.title,
+            "heading_path": list(self.heading_path),
+            "url": self.url,
+            "score": round(self.score, 4),
+            "excerpt": self.excerpt,
+        }
+
+
+@dataclass(frozen=True)
+class Scope:
+    requested_module: str | None
+    searched: Literal["module", "all"]
+    decision: confidence.FilterDecision | None = None
+    note: str | None = None
+
+    def event(self) -> dict[str, Any]:
+        return {"requested_module": self.requested_module, "searched": self.searched, "note": self.note}
+
+
+@dataclass(frozen=True)
+class Notice:
+    code: NoticeCode
+    message: str
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    mode: Mode
+    sources: tuple[Source, ...]  # what the answer may cite, numbered 1..n; empty when declined
+    confidence: float
+    level: Level
+    scope: Scope
+    notices: tuple[Notice, ...] = ()
+    related: tuple[Source, ...] = ()  # on a decline: the closest sections, to suggest
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    similarity: float = 0.0  # the raw weighted dense similarity, before calibration (for evaluation)
+    candidates: tuple[Source, ...] = ()  # the diversified top 5, kept even on a decline (for evaluation)
+    unknown_terms: tuple[str, ...] = ()  # names in the question that the book never mentions
+
+    @property
+    def declined(self) -> bool:
+        return self.level == "none"
+
+
+class Retriever:
+    """Embed, search (dense + keyword, fused), rerank and diversify, widen the scope, score confidence.
+
+    On an embedded index the search runs on an in-process copy of the collection (vectors, payloads and a
+    BM25 keyword index), refreshed whenever this process writes to the index: embedded Qdrant's hybrid query
+    costs 120-400 ms per question here, the copy under 2 ms. A Qdrant server answers the hybrid query itself.
+    """
+
+    def __init__(self, index: VectorIndex, embedder: Embedder, calibration: Calibration | None = None) -> None:
+        self.index = index
+        self.embedder = embedder
+        self.calibration = calibration or confidence.CALIBRATIONS[embedder.name]
+        self._snapshot: _Snapshot | None = None
+        self._snapshot_lock = asyncio.Lock()
+
+    async def retrieve(
+        self, question: str, *, module: str | None = None, selected_text: str | None = None
+    ) -> Retrieval:
+        started = time.perf_counter()
+        if selected_text:
+            result = await self._selection(question, selected_text, module)
+        else:
+            result = await self._textbook(question, module)
+        return replace(result, timings_ms={"retrieval": round((time.perf_counter() - started) * 1000, 2)})
+
+    async def warm(self) -> None:
+        """Load the embedder and the in-process copy of the index now rather than on the first question."""
+        await self.embedder.embed_query("warm up")
+        if self.index.embedded:
+            await self._current_snapshot()
+
+    # -- textbook mode ----------------------------------------------------------------------------
+
+    async def _textbook(self, question: str, module: str | None) -> Retrieval:
+        dense = await self.embedder.embed_query(question)
+        query = _Query(question)
+        ranked = await self._search(dense, query, module)
+        unknown = await self._unknown_names(query, ranked)
+        if module is None:
+            return self._finish(ranked, Scope(requested_module=None, searched="all"), query, unknown)
+
+        filtered_confidence = self._confidence(_diversify(ranked, TOP_K), query, unknown)
+        unfiltered: list[_Candidate] | None = None
+        unfiltered_confidence: float | None = None
+        if filtered_confidence < confidence.PARTIAL_FILTER:
+            unfiltered = await self._search(dense, query, None)
+            unknown_all = await self._unknown_names(query, unfiltered)
+            unfiltered_confidence = self._confidence(_diversify(unfiltered, TOP_K), query, unknown_all)
+        decision = confidence.filter_decision(filtered_confidence, unfiltered_confidence)
+        if decision == "widened":
+            assert unfiltered is not None
+            note = f"Little about this in {module}; searched the whole book instead."
+            scope = Scope(module, "all", decision, note)
+            return self._finish(unfiltered, scope, query, unknown_all, [Notice("scope_widened", note)])
+        scope = Scope(module, "module", decision)
+        notices: list[Notice] = []
+        if decision == "partial":
+            note = f"Answered from {module} only; other modules may say more."
+            scope = replace(scope, note=note)
+            notices.append(Notice("scope_partial", note))
+        elif decision == "limited":
+            note = f"{module} has little on this. Remove the module filter to search the whole book."
+            scope = replace(scope, note=note)
+            notices.append(Notice("scope_limited", note))
+        return self._finish(ranked, scope, query, unknown, notices)
+
+    # -- selection mode ---------------------------------------------------------------------------
+
+    async def _selection(self, question: str, selected_text: str, module: str | None) -> Retrieval:
+        """The answer comes from the selection; retrieval only finds where it sits in the book, for citations."""
+        text = f"{selected_text[:1500]}\n{question}"
+        dense = await self.embedder.embed_query(text)
+        query = _Query(question)
+        ranked = await self._search(dense, _Query(text), module, rank_query=query)
+        shingles = _shingles(selected_text)
+        boosted = []
+        for candidate in ranked:
+            held = _held(shingles, str(candidate.hit.payload.get("text", "")))
+            boosted.append(
+                replace(candidate, rank_score=candidate.rank_score + _SELECTION_BOOST * held, contains=held >= 0.5)
+            )
+        boosted.sort(key=lambda c: c.rank_score, reverse=True)
+        # Stricter than textbook mode: a citation must be at least "medium" on its own, unless it holds the selection.
+        kept = [
+            c
+            for c in _diversify(boosted, SELECTION_TOP_K)
+            if c.contains or self.calibration.to_common(c.relevance) >= confidence.LOW
+        ]
+        sources = _sources(kept)
+        similarity = confidence.weighted_similarity([c.relevance for c in kept])
+        # The selection itself is the evidence, so the reader always gets an answer attempt, never a decline.
+        score = max(confidence.score([c.relevance for c in kept], self.calibration), confidence.LOW)
+        return Retrieval(
+            mode="selection",
+            sources=sources,
+            confidence=score,
+            level=confidence.level(score),
+            scope=Scope(requested_module=module, searched="module" if module else "all"),
+            similarity=similarity,
+            candidates=sources,
+        )
+
+    # -- search -----------------------------------------------------------------------------------
+
+    async def _search(
+        self, dense: Sequence[float], query: _Query, module: str | None, *, rank_query: _Query | None = None
+    ) -> list[_Candidate]:
+        """The top CANDIDATES of the fused dense + keyword search, reranked."""
+        ranking = rank_query or query
+        if self.index.embedded:
+            snapshot = await self._current_snapshot()
+
+            def search_and_rank() -> list[_Candidate]:
+                return _rank(snapshot.search(dense, query.terms, CANDIDATES, module), ranking, snapshot)
+
+            return await anyio.to_thread.run_sync(search_and_rank)
+        hits = await self.index.hybrid_search(dense, sparse.query_vector(query.text), limit=CANDIDATES, module=module)
+        return _rank(hits, ranking, None)
+
+    async def _current_snapshot(self) -> _Snapshot:
+        async with self._snapshot_lock:
+            generation = self.index.generation
+            if self._snapshot is None or self._snapshot.generation != generation:
+                points = await self.index.points()
+                self._snapshot = await anyio.to_thread.run_sync(_Snapshot, points, generation)
+            return self._snapshot
+
+    async def _unknown_names(self, query: _Query, ranked: Sequence[_Candidate]) -> tuple[str, ...]:
+        """What the question names that the book never mentions (checked in the candidates, then the book)."""
+        missing = [name for name in query.names if not any(name in c.terms for c in ranked)]
+        if not missing:
+            return ()
+        if self.index.embedded:
+            snapshot = await self._current_snapshot()
+            return tuple(name for name in missing if name not in snapshot.keywords)
+        unknown = []
+        for name in missing:
+            if not await self.index.mentions(sparse.Sparse((sparse.term_index(name),), (1.0,))):
+                unknown.append(name)
+        return tuple(unknown)
+
+    # -- shared -----------------------------------------------------------------------------------
+
+    def _confidence(self, kept: Sequence[_Candidate], query: _Query, unknown: Sequence[str]) -> float:
+        return confidence.score(
+            [c.relevance for c in kept], self.calibration, known=confidence.name_factor(query.names, unknown)
+        )
+
+    def _finish(
+        self,
+        ranked: Sequence[_Candidate],
+        scope: Scope,
+        query: _Query,
+        unknown: Sequence[str],
+        notices: Sequence[Notice] = (),
+    ) -> Retrieval:
+        kept = _diversify(ranked, TOP_K)
+        known = confidence.name_factor(query.names, unknown)
+        similarity = confidence.weighted_similarity([c.relevance for c in kept]) * known
+        score = confidence.score([c.relevance for c in kept], self.calibration, known=known)
+        lvl = confidence.level(score)
+        candidates = _sources(kept)
+        if lvl == "none":
+            related = _sources(_distinct_sections(ranked, RELATED_K))
+            sources: tuple[Source, ...] = ()
+        else:
+            related = ()
+            sources = _sources(_within_budget(kept))
+            if lvl == "low":
+                notices = [
+                    Notice("low_confidence", "The book may not cover this well; check the cited sections."),
+                    *notices,
+                ]
+        return Retrieval(
+            "textbook",
+            sources,
+            score,
+            lvl,
+            scope,
+            tuple(notices),
+            related,
+            similarity=similarity,
+            candidates=candidates,
+            unknown_terms=tuple(unknown),
+        )
+
+
+class _Query:
+    """A question's keyword terms and the names in it, computed once."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.terms = sparse.terms(text)
+        self.keywords = frozenset(self.terms)
+        self.names = tuple(sparse.names(text))
+
+
+class _Snapshot:
+    """An in-process copy of an embedded collection: unit vectors, payloads, module of each, keyword index."""
+
+    def __init__(self, points: Sequence[tuple[str, Sequence[float], Mapping[str, Any]]], generation: int) -> None:
+        self.generation = generation
+        self.ids = [point_id for point_id, _, _ in points]
+        self.payloads = [payload for _, _, payload in points]
+        matrix = np.array([vector for _, vector, _ in points], dtype=np.float32).reshape(len(points), -1)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        self.vectors = matrix / np.where(norms == 0, 1.0, norms)
+        self.modules = np.array([str(p.get("module", "")) for p in self.payloads], dtype=object)
+        texts = [_searchable(p) for p in self.payloads]
+        self.keywords = sparse.KeywordIndex(texts)
+        self.terms = [frozenset(sparse.terms(t)) for t in texts]
+
+    def search(self, dense: Sequence[float], query_terms: Sequence[str], limit: int, module: str | None) -> list[Hit]:
+        """Reciprocal-rank fusion of the best ``2 * limit`` by cosine and by BM25, as Qdrant's Prefetch + RRF does."""
+        if not self.ids:
+            return []
+        query = np.asarray(dense, dtype=np.float32)
+        query = query / (float(np.linalg.norm(query)) or 1.0)
+        # einsum, not ``@``: a BLAS matrix-vector product wakes OpenBLAS's thread pool, whose spinning threads
+        # then slow the next ONNX embedding ~2x on 2 cores; einsum's own loop costs ~0.2 ms for 2k chunks.
+        cosines = np.einsum("ij,j->i", self.vectors, query)
+        keyword = self.keywords.scores(query_terms)
+        allowed = self.modules == module if module else np.ones(len(self.ids), dtype=bool)
+        fused: dict[int, float] = {}
+        for scores, positive_only in ((cosines, False), (keyword, True)):
+            masked = np.where(allowed & (scores > 0 if positive_only else True), scores, -np.inf)
+            best = _top(masked, limit * 2)
+            for rank, i in enumerate(best):
+                fused[i] = fused.get(i, 0.0) + 1.0 / (_RRF_K + rank + 1)
+        order = sorted(fused, key=lambda i: fused[i], reverse=True)[:limit]
+        return [
+            Hit(id=self.ids[i], fused_score=fused[i], dense_score=float(cosines[i]), payload=self.payloads[i])
+            for i in order
+        ]
+
+
+def _top(scores: npt.NDArray[np.float32], k: int) -> list[int]:
+    finite = int(np.isfinite(scores).sum())
+    k = min(k, finite)
+    if k == 0:
+        return []
+    best = np.argpartition(-scores, k - 1)[:k]
+    return [int(i) for i in best[np.argsort(-scores[best], kind="stable")]]
+
+
+def _rank(hits: Sequence[Hit], query: _Query, snapshot: _Snapshot | None) -> list[_Candidate]:
+    """Rerank: dense similarity leads; covering the question's keywords lifts a passage; a passage made of
+    questions (a quiz, an exercise list) resembles the question without answering it, so it is pushed down."""
+    index_of = {point_id: i for i, point_id in enumerate(snapshot.ids)} if snapshot else {}
+    candidates = []
+    for position, hit in enumerate(hits):
+        i = index_of.get(hit.id)
+        terms = (
+            snapshot.terms[i]
+            if snapshot is not None and i is not None
+            else frozenset(sparse.terms(_searchable(hit.payload)))
+        )
+        coverage = len(query.keywords & terms) / len(query.keywords) if query.keywords else 0.0
+        relevance = min(1.0, hit.dense_score + _KEYWORD_WEIGHT * coverage)
+        rank_score = (
+            relevance - _QUESTION_PENALTY * question_share(str(hit.payload.get("text", ""))) + 0.02 / (1 + position)
+        )
+        candidates.append(_Candidate(hit=hit, rank_score=rank_score, relevance=relevance, terms=terms))
+    candidates.sort(key=lambda c: c.rank_score, reverse=True)
+    return candidates
+
+
+def _searchable(payload: Mapping[str, Any]) -> str:
+    """What the keyword side reads: the breadcrumb (module, headings) and the text, as ingestion embeds them."""
+    crumbs = [str(payload.get("module_title", "")), *(str(h) for h in payload.get("heading_path", ()))]
+    return " ".join(crumbs) + "\n" + str(payload.get("text", ""))
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    hit: Hit
+    rank_score: float
+    relevance: float = 0.0  # dense similarity plus the keyword-coverage bonus: what confidence is computed from
+    terms: frozenset[str] = frozenset()
+    contains: bool = False
+
+
+def _diversify(ranked: Sequence[_Candidate], k: int) -> list[_Candidate]:
+    """Best first, skipping a chunk that mostly repeats one already kept (overlapping pieces, restated quizzes)."""
+    kept: list[_Candidate] = []
+    kept_words: list[set[str]] = []
+    for candidate in ranked:
+        words = set(_WORD.findall(str(candidate.hit.payload.get("text", "")).lower()))
+        if any(_overlap(words, other) > _DUPLICATE_OVERLAP for other in kept_words):
+            continue
+        kept.append(candidate)
+        kept_words.append(words)
+        if len(kept) == k:
+            break
+    return kept
+
+
+def _within_budget(kept: Sequence[_Candidate], budget: int = CONTEXT_BUDGET_TOKENS) -> list[_Candidate]:
+    result: list[_Candidate] = []
+    used = 0
+    for candidate in kept:
+        tokens = int(candidate.hit.payload.get("token_count", 0))
+        if result and used + tokens > budget:
+            continue  # a smaller, later source may still fit
+        result.append(candidate)
+        used += tokens
+    return result
+
+
+def _distinct_sections(ranked: Sequence[_Candidate], k: int) -> list[_Candidate]:
+    seen: set[str] = set()
+    result = []
+    for candidate in ranked:
+        url = str(candidate.hit.payload.get("url", ""))
+        if url in seen:
+            continue
+        seen.add(url)
+        result.append(candidate)
+        if len(result) == k:
+            break
+    return result
+
+
+def _sources(kept: Sequence[_Candidate]) -> tuple[Source, ...]:
+    sources = []
+    for n, candidate in enumerate(kept, start=1):
+        p = candidate.hit.payload
+        text = str(p.get("text", ""))
+        sources.append(
+            Source(
+                n=n,
+                chunk_id=candidate.hit.id,
+                file_path=str(p.get("file_path", "")),
+                module=str(p.get("module", "")),
+                module_title=str(p.get("module_title", "")),
+                chapter=str(p.get("chapter", "")),
+                title=str(p.get("title", "")),
+                heading_path=tuple(p.get("heading_path", ())),
+                url=str(p.get("url", "")),
+                score=candidate.hit.dense_score,
+                excerpt=excerpt(text),
+                text=text,
+                token_count=int(p.get("token_count", 0)),
+            )
+        )
+    return tuple(sources)
+
+
+def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
+    """The start of a chunk as plain prose: no code fences, no Markdown marks, cut at a word."""
+    prose = _FENCE.sub(" ", text)
+    prose = _MARKS.sub("", prose)
+    prose = " ".join(prose.split())
+    if len(prose) <= limit:
+        return prose
+    return prose[:limit].rsplit(" ", 1)[0] + "…"
+
+
+def question_share(text: str) -> float:
+    """The share of a passage's lines that ask a question or offer a lettered answer option."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        return 0.0
+    asking = sum(1 for line in lines if line.endswith("?") or _OPTION.match(line))
+    return asking / len(lines)
+
+
+def _overlap(a: set[str], b: set[str]) -> float:
+    return len(a & b) / min(len(a), len(b)) if a and b else 0.0
+
+
+def _shingles(text: str) -> set[tuple[str, ...]]:
+    words = _WORD.findall(text.lower())
+    return {tuple(words[i : i + 3]) for i in range(max(1, len(words) - 2))} if words else set()
+
+
+def _held(selection: set[tuple[str, ...]], text: str) -> float:
+    """The share of the selection's word triples found in a chunk: 1.0 when the chunk holds all of it."""
+    return len(selection & _shingles(text)) / len(selection) if selection else 0.0
+
+
+_WORD = re.compile(r"\w+")
+_OPTION = re.compile(r"^(?:[-*]\s*)?(?:\(?[a-eA-E][).]|\[[ xX]\])\s")
+_FENCE = re.compile(r"```.*?(```|$)|~~~.*?(~~~|$)", re.S)
+_MARKS = re.compile(r"[#*_`>|]|\[(?=[^\]]*\]\()|\]\([^)]*\)")

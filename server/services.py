@@ -1,0 +1,113 @@
+"""The long-lived clients one process holds (Postgres pool, Redis, Qdrant, the embedder), opened and closed together.
+
+A dependency that is configured but down does not stop start-up: its client is still created and
+reconnects by itself; requests see a degraded answer until it is back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redis.asyncio import Redis
+
+from server.auth import Authenticator
+from server.embeddings import Embedder, create_embedder
+from server.index import VectorIndex
+from server.ratelimit import RateLimiter, StreamSlots
+from server.settings import Settings
+from server.store import Store, create_pool
+
+if TYPE_CHECKING:
+    from server.chat import ChatService
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: Store | None = None  # None: DATABASE_URL unset (history off, stateless notice)
+    redis: Redis | None = None  # None: REDIS_URL unset (memory limiter, in-process stream registry)
+    index: VectorIndex | None = None  # None: opened without retrieval (maintenance commands)
+    embedder: Embedder | None = None
+    chat: ChatService | None = None  # only in the server (``open_services(..., chat=True)``)
+    limiter: RateLimiter | None = None  # only in the server, like ``chat``
+    slots: StreamSlots | None = None
+    auth: Authenticator | None = None
+
+
+@asynccontextmanager
+async def open_services(settings: Settings, *, retrieval: bool = False, chat: bool = False) -> AsyncIterator[Services]:
+    """Open what ``settings`` configures; the index and embedder with ``retrieval``, the chat pipeline with ``chat``."""
+    retrieval = retrieval or chat
+    services = Services(settings=settings)
+    async with AsyncExitStack() as stack:
+        if settings.database_url:
+            pool = create_pool(settings.database_url, timeout_s=settings.db_timeout_s)
+            store = Store(pool, timeout_s=settings.db_timeout_s)
+            await store.open()
+            stack.push_async_callback(store.close)
+            services.store = store
+        if settings.redis_url:
+            redis = open_redis(settings.redis_url, timeout_s=settings.db_timeout_s)
+            stack.push_async_callback(redis.aclose)
+            services.redis = redis
+        if retrieval:
+            index = VectorIndex.from_settings(settings)
+            stack.push_async_callback(index.close)
+            services.index = index
+            embedder = create_embedder(settings)
+            stack.push_async_callback(embedder.aclose)
+            services.embedder = embedder
+        if chat:
+            services.chat = await _chat_service(settings, services, stack)
+            services.limiter = RateLimiter(settings)
+            services.slots = StreamSlots(settings.max_streams_per_client, services.redis)
+            services.auth = Authenticator(settings)
+        yield services
+
+
+async def _chat_service(settings: Settings, services: Services, stack: AsyncExitStack) -> ChatService:
+    # Imported here so maintenance commands (ingest, purge) do not load the generation stack.
+    from server.capabilities import Capabilities
+    from server.chat import ChatService
+    from server.faq import Faq
+    from server.generation import create_generator
+    from server.relay import RedisRelay
+    from server.retrieval import Retriever
+    from server.streaming import StreamRegistry
+
+    assert services.index is not None and services.embedder is not None
+    relay = RedisRelay(services.redis, ttl_s=settings.stream_ttl_s) if services.redis is not None else None
+    registry = StreamRegistry(grace_s=settings.stream_grace_s, ttl_s=settings.stream_ttl_s, relay=relay)
+    if relay is not None:
+        await relay.start(on_cancel=registry.cancel_here)
+        stack.push_async_callback(relay.close)  # after cancel_all below (LIFO): the last events reach Redis
+    stack.push_async_callback(registry.cancel_all, "shutdown")
+    key = settings.stream_signing_key.reveal().encode() if settings.stream_signing_key else None
+    generator = create_generator(settings)
+    stack.push_async_callback(generator.aclose)
+    return ChatService(
+        store=services.store,
+        registry=registry,
+        retriever=Retriever(services.index, services.embedder),
+        generator=generator,
+        faq=Faq.load(settings.faq_path, base_url=settings.book_base_url),
+        capabilities=Capabilities(key, ttl_s=settings.stream_ttl_s),
+        llm_enabled=settings.llm_enabled,
+        daily_tokens=settings.session_daily_tokens,
+    )
+
+
+def open_redis(url: str, *, timeout_s: float) -> Redis:
+    return Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+        retry_on_timeout=False,
+    )

@@ -1,0 +1,137 @@
+"""The keyword side of hybrid search: text → BM25 term weights, as sparse vectors (Qdrant applies IDF) or an
+in-memory ``KeywordIndex`` (embedded Qdrant's sparse search is too slow per question: see the README).
+
+Identifiers are kept whole and also split (``rclpy.spin()`` → ``rclpy.spin``, ``rclpy``, ``spin``), so exact
+names such as ``ros2 topic echo`` or ``ros2_control`` match even where the dense model blurs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+
+_K1 = 1.2
+_B = 0.75
+_AVERAGE_TERMS = 120.0  # typical chunk length in terms; document length normalisation is relative to it
+_NAME = re.compile(r"[A-Za-z0-9]+(?:[._\-/][A-Za-z0-9]+)*")
+_IDENTIFIER = re.compile(r"[a-z0-9]+(?:[._\-/:][a-z0-9]+)*")
+_STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having he
+    her here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+    now of off on once only or other our ours ourselves out over own same she should so some such than that the
+    their theirs them themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves use used using
+    get gets one two way ways""".split()
+)
+
+
+@dataclass(frozen=True)
+class Sparse:
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased terms in order: whole identifiers and their parts, stopwords dropped, plurals folded."""
+    result: list[str] = []
+    for match in _IDENTIFIER.finditer(text.lower()):
+        token = match.group()
+        parts = re.split(r"[._\-/:]", token)
+        if len(parts) > 1:
+            result.append(token)
+        result.extend(_stem(p) for p in parts if p and p not in _STOPWORDS and len(p) > 1)
+    return result
+
+
+def names(text: str) -> list[str]:
+    """The terms of what a question names: identifiers (``ros2_control``, ``ESP32``, ``MoveIt``) and capitalised
+    words after the first (``Tesla``, ``Cartographer``). A book that never mentions one cannot answer about it."""
+    found: list[str] = []
+    for position, match in enumerate(_NAME.finditer(text)):
+        token = match.group()
+        identifier = any(c.isdigit() or c in "_." for c in token) or any(c.isupper() for c in token[1:])
+        capitalised = position > 0 and token[0].isupper()
+        if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
+            continue
+        parts = terms(token)
+        if parts and parts[0] not in found:
+            found.append(parts[0])  # the whole identifier comes first; its parts are ordinary words
+    return found
+
+
+def document_vector(text: str) -> Sparse:
+    """BM25-style saturated term frequencies with length normalisation (IDF comes from Qdrant)."""
+    return _vector(_bm25(terms(text)))
+
+
+def query_vector(text: str) -> Sparse:
+    return _vector(dict.fromkeys(terms(text), 1.0))
+
+
+class KeywordIndex:
+    """BM25 over a fixed list of documents, in memory: postings per term as numpy arrays."""
+
+    def __init__(self, documents: Sequence[str]) -> None:
+        postings: dict[str, tuple[list[int], list[float]]] = {}
+        for number, text in enumerate(documents):
+            for term, weight in _bm25(terms(text)).items():
+                docs, weights = postings.setdefault(term, ([], []))
+                docs.append(number)
+                weights.append(weight)
+        self.size = len(documents)
+        self._postings: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]] = {}
+        for term, (docs, weights) in postings.items():
+            idf = math.log(1 + (self.size - len(docs) + 0.5) / (len(docs) + 0.5))
+            self._postings[term] = (np.array(docs, dtype=np.int32), np.array(weights, dtype=np.float32) * idf)
+
+    def __contains__(self, term: object) -> bool:
+        return term in self._postings
+
+    def scores(self, query_terms: Sequence[str]) -> npt.NDArray[np.float32]:
+        """BM25 score of every document for these terms (0 where none occurs)."""
+        result = np.zeros(self.size, dtype=np.float32)
+        for term in dict.fromkeys(query_terms):
+            posting = self._postings.get(term)
+            if posting is not None:
+                result[posting[0]] += posting[1]
+        return result
+
+
+def _bm25(document_terms: Sequence[str]) -> dict[str, float]:
+    counts = Counter(document_terms)
+    length = sum(counts.values()) or 1
+    norm = _K1 * (1 - _B + _B * length / _AVERAGE_TERMS)
+    return {term: tf * (_K1 + 1) / (tf + norm) for term, tf in counts.items()}
+
+
+def _vector(weights: dict[str, float]) -> Sparse:
+    by_index: dict[int, float] = {}
+    for term, weight in weights.items():
+        index = term_index(term)
+        by_index[index] = by_index.get(index, 0.0) + weight
+    ordered = sorted(by_index.items())
+    return Sparse(tuple(i for i, _ in ordered), tuple(round(v, 5) for _, v in ordered))
+
+
+@lru_cache(maxsize=65536)
+def term_index(term: str) -> int:
+    """A stable 32-bit id for a term (never Python's per-process ``hash``)."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "big")
+
+
+def _stem(word: str) -> str:
+    # Plural folding only: enough for "topics"/"topic", "policies"/"policy", without mangling identifiers.
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word

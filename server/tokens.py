@@ -1,0 +1,164 @@
+"""Token counting behind one interface: tiktoken when its encoding loads, else the MiniLM word-piece tokenizer.
+
+Chunking, prompt budgets and the OpenAI embedder count through here; nothing else imports tiktoken.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import tiktoken
+    from tokenizers import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+LOCAL_NAME = "minilm-wordpiece"
+
+
+class TokenCounter(Protocol):
+    name: str
+    exact: bool
+
+    def count(self, text: str) -> int: ...
+
+    def truncate(self, text: str, max_tokens: int) -> str: ...
+
+
+def local_counter() -> TokenCounter:
+    """The all-MiniLM-L6-v2 word-piece tokenizer, without [CLS]/[SEP]: exact for the local embedder."""
+    return _local(exact=True)
+
+
+@functools.cache
+def tiktoken_counter(encoding: str) -> TokenCounter:
+    """tiktoken's ``encoding``, or the local tokenizer as a stand-in (``exact=False``) when it cannot load.
+
+    Loading fails fast offline (tiktoken tries to download its BPE file; DESIGN.md "Dependency facts").
+    Caching the returned object, stand-in included, is what caches the failure: one attempt, one warning.
+    """
+    import tiktoken
+
+    try:
+        enc = tiktoken.get_encoding(encoding)
+    except Exception as exc:  # noqa: BLE001 -- network, hash mismatch, unknown name: all mean "no exact counts"
+        logger.warning(
+            "tiktoken encoding %s could not load (%s); counting tokens with the MiniLM tokenizer instead, "
+            "so OpenAI token budgets are approximate. Run scripts/fill_tiktoken_cache.py and set "
+            "TIKTOKEN_CACHE_DIR for exact counts.",
+            encoding,
+            type(exc).__name__,
+        )
+        return _local(exact=False)
+    return _TiktokenCounter(enc)
+
+
+def counter_for_model(model: str) -> TokenCounter:
+    """The counter for an OpenAI model name; unknown (newer) models get o200k_base."""
+    return tiktoken_counter(encoding_for_model(model))
+
+
+def encoding_for_model(model: str) -> str:
+    name = model.lower().rsplit("/", 1)[-1]
+    if name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o")) or _O_SERIES.match(name):
+        return "o200k_base"
+    if name.startswith(("text-embedding-3-", "text-embedding-ada-002", "gpt-3.5", "gpt-35")) or _GPT4.match(name):
+        return "cl100k_base"
+    return "o200k_base"
+
+
+def configure_tiktoken_cache(data_dir: Path) -> None:
+    """Point tiktoken at ``data_dir/tiktoken`` (filled by scripts/fill_tiktoken_cache.py) unless already set."""
+    cache_dir = data_dir / "tiktoken"
+    if "TIKTOKEN_CACHE_DIR" not in os.environ and cache_dir.is_dir():
+        # The one environ write outside settings.py: tiktoken reads its cache location only from the
+        # environment (tiktoken/load.py), so this is the sole way to hand it DATA_DIR.
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir.resolve())
+
+
+_O_SERIES = re.compile(r"^o\d")
+_GPT4 = re.compile(r"^gpt-4(?:$|-)")
+
+
+class _TiktokenCounter:
+    exact = True
+
+    def __init__(self, encoding: tiktoken.Encoding) -> None:
+        self._enc = encoding
+        self.name = f"tiktoken:{encoding.name}"
+
+    def count(self, text: str) -> int:
+        # Book text may contain "<|endoftext|>"; encode_ordinary treats it as plain text instead of raising.
+        return len(self._enc.encode_ordinary(text))
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        if max_tokens <= 0:
+            return ""
+        tokens = self._enc.encode_ordinary(text)
+        if len(tokens) <= max_tokens:
+            return text
+        keep = max_tokens
+        while keep > 0:
+            # A token can end inside a multi-byte character; dropping the partial tail keeps a clean prefix.
+            prefix = self._enc.decode_bytes(tokens[:keep]).decode("utf-8", errors="ignore")
+            excess = self.count(prefix) - max_tokens
+            if excess <= 0:
+                return prefix
+            keep -= excess
+        return ""
+
+    def __repr__(self) -> str:
+        return f"<TokenCounter {self.name}>"
+
+
+class _LocalCounter:
+    name = LOCAL_NAME
+
+    def __init__(self, tokenizer: Tokenizer, *, exact: bool) -> None:
+        self._tokenizer = tokenizer
+        self.exact = exact
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        if max_tokens <= 0:
+            return ""
+        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
+        if len(offsets) <= max_tokens:
+            return text
+        keep = max_tokens
+        while keep > 0:
+            prefix = text[: offsets[keep - 1][1]]
+            # Words over 100 characters are one [UNK] whose prefix may split into several pieces.
+            excess = self.count(prefix) - max_tokens
+            if excess <= 0:
+                return prefix
+            keep -= excess
+        return ""
+
+    def __repr__(self) -> str:
+        return f"<TokenCounter {self.name} exact={self.exact}>"
+
+
+@functools.lru_cache(maxsize=2)
+def _local(*, exact: bool) -> _LocalCounter:
+    return _LocalCounter(_shared_tokenizer(), exact=exact)
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_tokenizer() -> Tokenizer:
+    from tokenizers import Tokenizer
+
+    from server.onnx_minilm import model_dir
+
+    tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    # tokenizer.json ships truncation and fixed padding at 128; counting must see the whole text.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer

@@ -1,0 +1,342 @@
+"""The reader-facing pages: the book's docs rendered as HTML at ``/docs/...`` (``/`` is its first page), each
+with the built chat panel (``frontend/dist``) mounted, and the panel's assets under ``/assets``.
+
+Citation URLs are ``{BOOK_BASE_URL}/docs/{path}#anchor``; when BOOK_BASE_URL is this server, these pages are
+where they land, with heading ids from ``slugs.Slugger`` (the same ids ``chunking.py`` gives citations).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from server import chunking
+from server.ingest import docs_root
+from server.settings import Settings
+from server.slugs import Slugger, read_front_matter
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_BOOK = ROOT / "examples" / "textbook"
+DIST_DIR = ROOT / "frontend" / "dist"
+ENTRY = "src/main.tsx"  # the Vite entry whose files the manifest names
+PANEL_TITLE = "Ask the textbook"
+
+# Content-Security-Policy for the pages: our own scripts only (the panel config is inert JSON), no framing.
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+
+@dataclass(frozen=True)
+class Page:
+    url: str  # "/docs/ros2/nodes-and-topics"
+    file_path: str  # relative to the docs root
+    title: str
+    module: str
+    body_html: str
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str
+    title: str
+    pages: list[Page]
+
+
+@dataclass(frozen=True)
+class RenderedBook:
+    title: str
+    sections: list[Section]
+    pages: dict[str, Page] = field(default_factory=dict)
+
+    @property
+    def first(self) -> Page | None:
+        return next((p for s in self.sections for p in s.pages), None)
+
+    def neighbours(self, page: Page) -> tuple[Page | None, Page | None]:
+        order = [p for s in self.sections for p in s.pages]
+        i = order.index(page)
+        return (order[i - 1] if i > 0 else None), (order[i + 1] if i + 1 < len(order) else None)
+
+
+def render_book(path: Path) -> RenderedBook:
+    """Every doc of the book at ``path`` (a site folder or its docs folder) as HTML, in sidebar order."""
+    root = docs_root(path)
+    # Only the structure is wanted here (order, titles, URLs): one huge chunk per section is cheapest.
+    book = chunking.read_book(root, base_url="", count_tokens=len, max_tokens=10**9, overlap_tokens=0)
+    urls = {d.file_path: d.url for d in book.documents}
+    sections: list[Section] = []
+    pages: dict[str, Page] = {}
+    for module in book.modules:
+        docs = [d for d in book.documents if d.module == module.id]
+        section = Section(module.id, module.title, [])
+        for doc in docs:
+            source = (root / doc.file_path).read_text(encoding="utf-8-sig")
+            page = Page(doc.url, doc.file_path, doc.chapter, module.id, render_markdown(source, doc.file_path, urls))
+            section.pages.append(page)
+            pages[doc.url] = page
+        sections.append(section)
+    return RenderedBook(_site_title(path, book), sections, pages)
+
+
+def render_markdown(source: str, file_path: str = "doc.md", doc_urls: dict[str, str] | None = None) -> str:
+    """One doc's Markdown/MDX as HTML: headings carry Docusaurus's ids, admonitions become boxes, raw HTML
+    and JSX are not rendered, links to other docs' files point at their URLs."""
+    _, text = read_front_matter(source.replace("\r\n", "\n").replace("\r", "\n"))
+    env: dict[str, Any] = {"slugger": Slugger(), "file_path": file_path, "doc_urls": doc_urls or {}}
+    md = _markdown()
+    out: list[str] = []
+    for kind, value, body in _segments(_clean_mdx(text)):
+        if kind == "admonition":
+            title = html.escape(value[1] or value[0].capitalize())
+            out.append(f'<div class="admonition admonition-{html.escape(value[0])}" role="note">')
+            out.append(f'<p class="admonition-title">{title}</p>{md.render(body, env)}</div>')
+        else:
+            out.append(md.render(body, env))
+    return "".join(out)
+
+
+class WebApp:
+    """The page handlers; the book is rendered on first use and kept (it does not change while serving)."""
+
+    def __init__(self, book_path: Path, dist_dir: Path, *, api_base: str = "") -> None:
+        self.book_path = book_path
+        self.dist_dir = dist_dir
+        self.api_base = api_base
+        self._book: RenderedBook | None = None
+
+    @property
+    def book(self) -> RenderedBook:
+        if self._book is None:
+            self._book = render_book(self.book_path)
+        return self._book
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/", self.home, methods=["GET", "HEAD"]),
+            Route("/docs", self.home, methods=["GET", "HEAD"]),
+            Route("/docs/{path:path}", self.doc, methods=["GET", "HEAD"]),
+            Mount("/assets", app=StaticFiles(directory=self.dist_dir, check_dir=False), name="assets"),
+        ]
+
+    async def home(self, request: Request) -> Response:
+        page = self.book.first
+        if page is None:
+            return self._html(_layout(self.book, None, "<p>This book has no pages yet.</p>", self._panel()), 200)
+        return self._page(page)
+
+    async def doc(self, request: Request) -> Response:
+        path = "/docs/" + request.path_params["path"]
+        if path.endswith("/") and path.rstrip("/") in self.book.pages:
+            return RedirectResponse(path.rstrip("/"), status_code=308)  # Docusaurus doc URLs have no trailing slash
+        page = self.book.pages.get(path)
+        if page is None:
+            missing = html.escape(path)
+            body = f'<h1>Page not found</h1><p>No page at <code>{missing}</code>. <a href="/">Start here</a>.</p>'
+            return self._html(_layout(self.book, None, body, self._panel()), 404)
+        return self._page(page)
+
+    def _page(self, page: Page) -> Response:
+        previous, following = self.book.neighbours(page)
+        pager = "".join(
+            f'<a class="pager-{rel}" href="{html.escape(p.url)}" rel="{rel}">{label} {html.escape(p.title)}</a>'
+            for rel, label, p in (("prev", "←", previous), ("next", "→", following))
+            if p is not None
+        )
+        body = f'<article class="markdown">{page.body_html}</article><nav class="pager">{pager}</nav>'
+        return self._html(_layout(self.book, page, body, self._panel()), 200)
+
+    def _panel(self) -> str:
+        """The script and style tags of the built panel, or a visible note when it has not been built."""
+        manifest = self.dist_dir / "manifest.json"
+        try:
+            entry = json.loads(manifest.read_text())[ENTRY]
+        except (OSError, ValueError, KeyError):
+            log.warning("the chat panel is not built (%s missing): run scripts/setup.sh", manifest)
+            return (
+                '<p class="panel-missing" role="alert">'
+                "The chat panel is not built yet: run <code>scripts/setup.sh</code>.</p>"
+            )
+        config = json.dumps({"apiBase": self.api_base, "title": PANEL_TITLE}).replace("<", "\\u003c")
+        styles = "".join(f'<link rel="stylesheet" href="/assets/{html.escape(c)}">' for c in entry.get("css", []))
+        return (
+            f'{styles}<div id="textbook-chat"></div>'
+            f'<script type="application/json" id="textbook-chat-config">{config}</script>'
+            f'<script type="module" src="/assets/{html.escape(entry["file"])}"></script>'
+        )
+
+    @staticmethod
+    def _html(content: str, status: int) -> HTMLResponse:
+        headers = {"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+        return HTMLResponse(content, status_code=status, headers=headers)
+
+
+def routes(settings: Settings, *, dist_dir: Path = DIST_DIR) -> list[BaseRoute]:
+    """The page routes for ``app.py``: the book being served (``--book``), else the demo book."""
+    return WebApp(settings.book_path or DEMO_BOOK, dist_dir).routes()
+
+
+# -- rendering --------------------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_ESM = re.compile(r"^(?:import|export)\s")
+_JSX_LINE = re.compile(r"^\s*(?:</?[A-Za-z][\w.:-]*(?:\s[^<>]*)?/?>\s*)+$")
+_JSX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
+_HEADING_COMMENT_ID = re.compile(r"^( {0,3}#{1,6}[ \t].*?)[ \t]*\{/\*\s*#(\S+)\s*\*/\}[ \t]*$", re.MULTILINE)
+_ADMONITION_TAG = re.compile(r"^\s*<Admonition\b([^>]*)>\s*$")
+_ATTRIBUTE = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|\'([^\']*)\')')
+_ADMONITION_OPEN = re.compile(r"^\s*:{3,}([A-Za-z]+)[ \t]*(.*?)\s*$")
+_ADMONITION_CLOSE = re.compile(r"^\s*:{3,}\s*$")
+_EXPLICIT_ID = re.compile(r"\s*\\?\{#[^}]*\}\s*$")
+
+
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
+    md.core.ruler.before("inline", "heading_ids", _heading_ids)
+    md.core.ruler.push("doc_links", _doc_links)
+    return md
+
+
+def _heading_ids(state: StateCore) -> None:
+    slugger: Slugger = state.env["slugger"]
+    tokens = state.tokens
+    for i, token in enumerate(tokens):
+        if token.type != "heading_open":
+            continue
+        inline = tokens[i + 1]
+        _, anchor = slugger.heading(inline.content.replace("\n", " "))
+        inline.content = _EXPLICIT_ID.sub("", inline.content)
+        if token.tag != "h1":  # Docusaurus gives the h1 no id, but its slug still counts for duplicates
+            token.attrSet("id", anchor)
+
+
+def _doc_links(state: StateCore) -> None:
+    """``[x](./other.md#y)`` → ``/docs/.../other#y``, as Docusaurus resolves file links."""
+    urls: dict[str, str] = state.env["doc_urls"]
+    here = posixpath.dirname(state.env["file_path"])
+    for token in state.tokens:
+        for child in token.children or []:
+            href = str(child.attrGet("href") or "")
+            if child.type != "link_open" or "://" in href or not re.search(r"\.mdx?(#|$)", href):
+                continue
+            target, _, anchor = href.partition("#")
+            resolved = posixpath.normpath(posixpath.join(here, target)).lstrip("/")
+            if resolved in urls:
+                child.attrSet("href", urls[resolved] + (f"#{anchor}" if anchor else ""))
+
+
+def _clean_mdx(text: str) -> list[str]:
+    """Outside code fences: drop ESM lines and JSX comments, turn ``<Admonition>`` into ``:::`` blocks, drop
+    lines that are only JSX/HTML tags (their text lines stay). Fences are kept verbatim."""
+    text = _HEADING_COMMENT_ID.sub(r"\1 {#\2}", text)
+    out: list[str] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        opening = _FENCE.match(line)
+        if fence is not None:
+            out.append(line)
+            if (
+                opening
+                and opening.group(1)[0] == fence[0]
+                and len(opening.group(1)) >= len(fence)
+                and not line.strip(" `~")
+            ):
+                fence = None
+            continue
+        if opening:
+            fence = opening.group(1)
+            out.append(line)
+        elif admonition := _ADMONITION_TAG.match(line):
+            attrs = {m.group(1): m.group(2) or m.group(3) or "" for m in _ATTRIBUTE.finditer(admonition.group(1))}
+            out += ["", f":::{attrs.get('type', 'note')} {attrs.get('title', '')}".rstrip(), ""]
+        elif line.strip() == "</Admonition>":
+            out += ["", ":::", ""]
+        elif _ESM.match(line) or _JSX_LINE.match(line):
+            out.append("")
+        else:
+            out.append(_JSX_COMMENT.sub("", line))
+    return out
+
+
+def _segments(lines: list[str]) -> list[tuple[str, tuple[str, str], str]]:
+    """Split into plain Markdown and ``:::type title`` admonitions (outside fences), in document order."""
+    segments: list[tuple[str, tuple[str, str], str]] = []
+    current: list[str] = []
+    admonition: tuple[str, str] | None = None
+    fence: str | None = None
+    for line in lines:
+        opening = _FENCE.match(line)
+        if fence is not None or opening:
+            if fence is None and opening:
+                fence = opening.group(1)
+            elif fence is not None and opening and not line.strip(" `~") and opening.group(1)[0] == fence[0]:
+                fence = None
+            current.append(line)
+            continue
+        open_match = _ADMONITION_OPEN.match(line)
+        if admonition is None and open_match:
+            segments.append(("markdown", ("", ""), "\n".join(current)))
+            admonition, current = (open_match.group(1).lower(), open_match.group(2)), []
+        elif admonition is not None and _ADMONITION_CLOSE.match(line):
+            segments.append(("admonition", admonition, "\n".join(current)))
+            admonition, current = None, []
+        elif _ADMONITION_CLOSE.match(line):
+            continue  # a stray closing fence: markup only
+        else:
+            current.append(line)
+    if admonition is not None:
+        segments.append(("admonition", admonition, "\n".join(current)))
+    else:
+        segments.append(("markdown", ("", ""), "\n".join(current)))
+    return [s for s in segments if s[0] == "admonition" or s[2].strip()]
+
+
+def _site_title(path: Path, book: chunking.Book) -> str:
+    for name in ("docusaurus.config.ts", "docusaurus.config.js", "docusaurus.config.mjs"):
+        config = path / name
+        if config.is_file():
+            match = re.search(r"""\btitle\s*:\s*(['"])(.+?)\1""", config.read_text(encoding="utf-8", errors="replace"))
+            if match:
+                return match.group(2)
+    first = book.documents[0].chapter if book.documents else "Textbook"
+    return re.sub(r"^(Welcome to|Introduction to)\s+", "", first)
+
+
+def _layout(book: RenderedBook, current: Page | None, body: str, panel: str) -> str:
+    nav: list[str] = []
+    for section in book.sections:
+        links = "".join(
+            f'<li><a href="{html.escape(p.url)}"{" aria-current=page" if p is current else ""}>'
+            f"{html.escape(p.title)}</a></li>"
+            for p in section.pages
+        )
+        nav.append(f"<li><span class='nav-section'>{html.escape(section.title)}</span><ul>{links}</ul></li>")
+    title = f"{current.title} | {book.title}" if current else book.title
+    return (
+        "<!doctype html>"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'
+        f"<title>{html.escape(title)}</title></head><body>"
+        f'<header class="site-header"><a class="site-title" href="/">{html.escape(book.title)}</a>'
+        '<button type="button" id="theme-toggle" class="theme-toggle" aria-label="Switch between dark and light mode">'
+        "◐</button></header>"
+        f'<div class="layout"><nav class="sidebar" aria-label="Book"><ul>{"".join(nav)}</ul></nav>'
+        f'<main class="doc">{body}</main></div>{panel}</body></html>'
+    )

@@ -1,0 +1,117 @@
+"""Shared fixtures: a scratch Postgres database per test run, a Redis DB number, and app servers.
+
+The tests use the machine's real Postgres and Redis (no mocks). They create and drop their own
+database ``textbook_test_<random>`` and never touch other data.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from alembic import command
+from alembic.config import Config
+
+from server.services import Services, open_services
+from server.settings import Settings
+from server.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_BOOK = ROOT.parent / "shared" / "corpora" / "rizsheik-humanoid-course"
+DEMO_BOOK = ROOT / "examples" / "textbook"
+PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+CLOSED_PORT_PG_URL = "postgresql://postgres@127.0.0.1:1/postgres"
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    config.set_main_option("sqlalchemy.url", database_url)
+    return config
+
+
+def create_database(prefix: str = "textbook_test") -> str:
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    url = create_database()
+    command.upgrade(alembic_config(url), "head")
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture
+def clean_db(database_url: str) -> str:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("TRUNCATE chat_sessions, chat_messages, source_citations")
+    return database_url
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings with nothing configured: every optional dependency off, state under tmp_path."""
+    return Settings.from_env({"DATA_DIR": str(tmp_path / "data"), "LOG_FORMAT": "text"})
+
+
+@pytest.fixture
+async def store(clean_db: str) -> AsyncIterator[Store]:
+    settings = Settings.from_env({"DATABASE_URL": clean_db})
+    async with open_services(settings) as services:
+        assert services.store is not None
+        yield services.store
+
+
+@pytest.fixture
+async def services_with_db(clean_db: str) -> AsyncIterator[Services]:
+    async with open_services(Settings.from_env({"DATABASE_URL": clean_db, "REDIS_URL": TEST_REDIS_URL})) as services:
+        yield services
+
+
+def new_id() -> uuid.UUID:
+    return uuid.uuid4()
+
+
+async def _ingest_into(book: Path, data_dir: Path) -> Path:
+    from server import ingest
+
+    settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local"})
+    async with open_services(settings, retrieval=True) as services:
+        assert services.index is not None and services.embedder is not None
+        await ingest.run(book, services.index, services.embedder, base_url=settings.book_base_url)
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+async def demo_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DATA_DIR holding the demo book's embedded index (built once per run); copy it before opening it."""
+    return await _ingest_into(DEMO_BOOK, tmp_path_factory.mktemp("demo-index"))
+
+
+@pytest.fixture(scope="session")
+async def shared_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DATA_DIR holding the shared real book's embedded index (built at most once per run)."""
+    return await _ingest_into(SHARED_BOOK, tmp_path_factory.mktemp("shared-index"))
+
+
+def copy_index(src: Path, dst: Path) -> Path:
+    """A private copy of an index DATA_DIR: embedded Qdrant allows one opener per storage folder."""
+    shutil.copytree(src, dst)
+    return dst

@@ -1,0 +1,133 @@
+"""The app shell: JSON errors for every failure, request ids, body limits and /health."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import httpx
+import pytest
+from starlette.requests import Request
+from starlette.responses import Response
+
+from server.app import create_app
+from server.settings import Settings
+from tests.conftest import CLOSED_PORT_PG_URL, TEST_REDIS_URL
+from tests.servers import serving
+
+
+def _assert_json_error(response: httpx.Response, status: int, code: str | None = None) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    if code:
+        assert body["error"]["code"] == code
+    assert "Traceback" not in response.text
+    assert response.headers["x-request-id"]
+
+
+@pytest.fixture
+async def client(settings: Settings):
+    app = create_app(settings)
+
+    async def boom(request: Request) -> Response:
+        raise RuntimeError("secret internals")
+
+    app.add_route("/boom", boom)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        yield client
+
+
+async def test_unknown_route_is_a_json_404(client: httpx.AsyncClient) -> None:
+    _assert_json_error(await client.get("/nope"), 404, "not_found")
+
+
+async def test_wrong_method_is_a_json_405(client: httpx.AsyncClient) -> None:
+    _assert_json_error(await client.delete("/health"), 405, "method_not_allowed")
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"{not json", "invalid_json"),
+        (b"", "invalid_json"),
+        (b"\xff\xfe", "invalid_json"),
+        (b"[1, 2]", "validation_error"),
+        (b'{"rating": 5}', "validation_error"),
+        (b'{"rating": "sideways"}', "validation_error"),
+        (b'{"rating": "up", "extra": 1}', "validation_error"),
+    ],
+)
+async def test_malformed_json_and_wrong_types_are_json_400s(client: httpx.AsyncClient, body: bytes, code: str) -> None:
+    response = await client.post(
+        "/api/messages/6f1c1a4e-8a7e-4d0e-9a57-0a8d0c9f3c11/feedback",
+        content=body,
+        headers={"content-type": "application/json"},
+    )
+    _assert_json_error(response, 400, code)
+
+
+async def test_a_one_mebibyte_body_is_a_json_413(client: httpx.AsyncClient) -> None:
+    response = await client.post("/api/messages/x/feedback", content=b"x" * (1024 * 1024))
+    _assert_json_error(response, 413, "payload_too_large")
+
+
+async def test_a_chunked_body_over_the_limit_is_a_json_413(client: httpx.AsyncClient) -> None:
+    async def chunks():
+        for _ in range(100):
+            yield b"y" * 1024
+
+    response = await client.post("/api/messages/6f1c1a4e-8a7e-4d0e-9a57-0a8d0c9f3c11/feedback", content=chunks())
+    _assert_json_error(response, 413, "payload_too_large")
+
+
+async def test_an_unhandled_error_is_a_500_without_internals_and_logged_with_the_request_id(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO):
+        response = await client.get("/boom", headers={"X-Request-ID": "req-abc123"})
+    _assert_json_error(response, 500, "internal_error")
+    assert "secret internals" not in response.text
+    assert response.headers["x-request-id"] == "req-abc123"
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors and errors[0].request_id == "req-abc123" and errors[0].exc_info is not None  # type: ignore[attr-defined]
+
+
+async def test_every_request_gets_an_id_and_one_access_log_line(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="server.access"):
+        response = await client.get("/nope", headers={"X-Request-ID": "bad id with spaces"})
+    request_id = response.headers["x-request-id"]
+    assert request_id != "bad id with spaces" and len(request_id) == 32
+    lines = [r for r in caplog.records if r.name == "server.access"]
+    assert len(lines) == 1 and lines[0].request_id == request_id and lines[0].status == 404  # type: ignore[attr-defined]
+    assert lines[0].exc_info is None
+
+
+async def test_health_is_ok_with_the_local_postgres_and_redis(database_url: str, tmp_path) -> None:
+    settings = Settings.from_env({"DATABASE_URL": database_url, "REDIS_URL": TEST_REDIS_URL, "DATA_DIR": str(tmp_path)})
+    async with serving(create_app(settings)) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        response = await client.get("/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["services"]["postgres"] == "ok" and body["services"]["redis"] == "ok"
+    assert body["services"]["llm"] == "offline"
+    assert body["version"]
+
+
+async def test_health_is_degraded_but_200_and_fast_when_dependencies_are_down(tmp_path) -> None:
+    settings = Settings.from_env(
+        {"DATABASE_URL": CLOSED_PORT_PG_URL, "REDIS_URL": "redis://127.0.0.1:1/0", "DATA_DIR": str(tmp_path)}
+    )
+    async with serving(create_app(settings)) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        started = time.monotonic()
+        response = await client.get("/health")
+        elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    assert response.json()["status"] == "degraded"
+    assert response.json()["services"]["postgres"] == "down"
+    assert response.json()["services"]["redis"] == "down"
+    assert elapsed < 1.0

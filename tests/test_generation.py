@@ -1,0 +1,154 @@
+"""The generators without the HTTP layer: citation markers, the extractive answer, the OpenAI retry policy.
+
+The OpenAI path runs against tests/fake_openai.py on a real socket through the real ``openai`` client.
+"""
+
+from __future__ import annotations
+
+import time
+
+import openai
+import pytest
+
+from server.generation import (
+    ExtractiveGenerator,
+    Finished,
+    GenerationRequest,
+    GenEvent,
+    GenNotice,
+    OpenAIGenerator,
+    Token,
+    cited_numbers,
+    sentences,
+)
+from server.retrieval import Source
+from server.tokens import local_counter
+from tests.fake_openai import Behaviour, FakeOpenAI
+from tests.servers import serving
+
+
+def source(n: int, text: str, heading: str = "Section") -> Source:
+    return Source(
+        n=n,
+        chunk_id=f"chunk-{n}",
+        file_path="doc.md",
+        module="m1",
+        module_title="Module 1",
+        chapter="Chapter",
+        title="Doc",
+        heading_path=(heading,),
+        url=f"http://book/docs/doc#{n}",
+        score=0.8,
+        excerpt=text[:50],
+        text=text,
+        token_count=len(text.split()),
+    )
+
+
+ZMP = source(
+    1,
+    "## Balance\nThe Zero Moment Point is where the ground reaction has no tipping moment. "
+    "Controllers keep the Zero Moment Point inside the support polygon so the robot does not fall. "
+    "```python\nzmp = compute()\n```\nThis chapter also lists further reading for the curious student.",
+)
+ROS = source(2, "ROS 2 nodes talk over topics with a publish and subscribe pattern that decouples them in time.")
+
+
+async def collect(stream) -> list[GenEvent]:
+    return [event async for event in stream]
+
+
+def text_of(events: list[GenEvent]) -> str:
+    return "".join(e.text for e in events if isinstance(e, Token))
+
+
+@pytest.mark.parametrize(
+    ("text", "n", "expected"),
+    [
+        ("A [1] and B [2].", 3, [1, 2]),
+        ("Both [2, 1] and again [1].", 2, [2, 1]),
+        ("Out of range [4] and [0] are ignored [3].", 3, [3]),
+        ("No markers at all.", 3, []),
+        ("Links [text](url) and arrays x[1] count only as markers: x[1].", 1, [1]),
+    ],
+)
+def test_cited_numbers_are_the_valid_markers_in_order_of_first_use(text: str, n: int, expected: list[int]) -> None:
+    assert cited_numbers(text, n) == expected
+
+
+def test_sentences_skip_code_headings_and_fragments() -> None:
+    found = sentences(ZMP.text)
+    assert found[0].startswith("The Zero Moment Point is where")
+    assert not any("compute()" in s or s.startswith("#") for s in found)
+    assert all(len(s.split()) >= 5 for s in found)
+
+
+async def test_the_extractive_answer_quotes_the_matching_sentences_with_markers() -> None:
+    request = GenerationRequest(
+        question="Where must the Zero Moment Point stay?", sources=[ZMP, ROS], history=[], mode="textbook"
+    )
+    events = await collect(ExtractiveGenerator(pace_s=0).stream(request))
+    text = text_of(events)
+    assert "support polygon" in text and text.rstrip().endswith("[1].")
+    assert "ROS 2" not in text  # nothing of an unrelated source
+    assert isinstance(events[-1], Finished) and events[-1].model == "extractive"
+    assert cited_numbers(text, 2) == [1]
+
+
+async def test_an_extractive_selection_answer_says_when_the_selection_does_not_answer() -> None:
+    request = GenerationRequest(
+        question="What is the capital of France?", sources=[], history=[], mode="selection", selected_text=ROS.text
+    )
+    text = text_of(await collect(ExtractiveGenerator(pace_s=0).stream(request)))
+    assert "does not seem to answer" in text
+
+
+async def test_an_extractive_selection_answer_cites_the_source_holding_the_selection() -> None:
+    selection = "Controllers keep the Zero Moment Point inside the support polygon so the robot does not fall."
+    request = GenerationRequest(
+        question="Why keep the Zero Moment Point inside?",
+        sources=[ROS, ZMP],
+        history=[],
+        mode="selection",
+        selected_text=selection,
+    )
+    text = text_of(await collect(ExtractiveGenerator(pace_s=0).stream(request)))
+    assert text.startswith("From the selected text") and "[1]" in text
+
+
+@pytest.fixture
+async def llm():
+    fake = FakeOpenAI()
+    async with serving(fake.app()) as url:
+        client = openai.AsyncOpenAI(api_key="sk-test", base_url=f"{url}/v1", timeout=0.5, max_retries=0)
+        generator = OpenAIGenerator(
+            client, model="gpt-4o-mini", fallback=ExtractiveGenerator(pace_s=0), counter=local_counter()
+        )
+        yield generator, fake
+        await generator.aclose()
+
+
+REQUEST = GenerationRequest(
+    question="Where must the Zero Moment Point stay?", sources=[ZMP, ROS], history=[], mode="textbook"
+)
+
+
+async def test_a_429_waits_for_retry_after_then_retries(llm) -> None:
+    generator, fake = llm
+    fake.then(Behaviour(status=429, retry_after="0.4"))
+    started = time.perf_counter()
+    events = await collect(generator.stream(REQUEST))
+    assert time.perf_counter() - started >= 0.4
+    assert [e.code for e in events if isinstance(e, GenNotice)] == ["llm_retry"]
+    assert text_of(events) == fake.default.text and len(fake.requests) == 2
+
+
+async def test_a_stall_between_chunks_counts_as_a_timeout(llm) -> None:
+    generator, fake = llm
+    fake.then(Behaviour(stall_after_tokens=2, stall_s=2), Behaviour(stall_after_tokens=2, stall_s=2))
+    events = await collect(generator.stream(REQUEST))
+    notices = [e.code for e in events if isinstance(e, GenNotice)]
+    assert notices == ["offline_generator"]  # tokens were already out: no retry, the book completes it
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.finish_reason == "fallback"
+    assert "support polygon" in text_of(events)

@@ -1,0 +1,87 @@
+"""The schema migrates up from a blank database, down to base and up again, with its cascades."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from alembic import command
+
+from tests.conftest import alembic_config, create_database, drop_database
+
+
+@pytest.fixture
+def scratch_url() -> Iterator[str]:
+    url = create_database("textbook_migrate")
+    yield url
+    drop_database(url)
+
+
+def _columns(url: str, table: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s", (table,)
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _tables(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    return {row[0] for row in rows}
+
+
+def test_upgrade_downgrade_upgrade_round_trip(scratch_url: str) -> None:
+    config = alembic_config(scratch_url)
+    command.upgrade(config, "head")
+    assert {"chat_sessions", "chat_messages", "source_citations"} <= _tables(scratch_url)
+    assert _columns(scratch_url, "chat_sessions") == {
+        "id", "user_id", "token_hash", "created_at", "last_activity_at", "metadata"
+    }  # fmt: skip
+    assert {
+        "id", "session_id", "role", "content", "status", "mode", "module_filter", "selected_text", "confidence",
+        "model", "prompt_tokens", "completion_tokens", "latency_ms", "feedback", "feedback_comment",
+        "client_request_id", "created_at",
+    } == _columns(scratch_url, "chat_messages")  # fmt: skip
+    command.downgrade(config, "base")
+    assert not {"chat_sessions", "chat_messages", "source_citations"} & _tables(scratch_url)
+    command.upgrade(config, "head")
+    assert {"chat_sessions", "chat_messages", "source_citations"} <= _tables(scratch_url)
+
+
+def test_deleting_a_session_cascades_to_messages_and_citations(scratch_url: str) -> None:
+    command.upgrade(alembic_config(scratch_url), "head")
+    session_id, message_id = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
+        conn.execute(
+            "INSERT INTO chat_messages (id, session_id, role, content) VALUES (%s, %s, 'assistant', 'hi')",
+            (message_id, session_id),
+        )
+        conn.execute(
+            "INSERT INTO source_citations (id, message_id, position, chunk_id, url) VALUES (%s, %s, 1, 'c', 'u')",
+            (uuid.uuid4(), message_id),
+        )
+        conn.execute("DELETE FROM chat_sessions WHERE id = %s", (session_id,))
+        counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone() for t in ("chat_messages", "source_citations")]
+    assert counts == [(0,), (0,)]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("role", "system"), ("status", "done"), ("feedback", "meh"), ("mode", "other"), ("confidence", 1.5)],
+)
+def test_checks_refuse_values_outside_the_contract(scratch_url: str, column: str, value: object) -> None:
+    command.upgrade(alembic_config(scratch_url), "head")
+    session_id = uuid.uuid4()
+    row: dict[str, object] = {"id": uuid.uuid4(), "session_id": session_id, "role": "user", column: value}
+    insert = psycopg.sql.SQL("INSERT INTO chat_messages ({}) VALUES ({})").format(
+        psycopg.sql.SQL(", ").join(map(psycopg.sql.Identifier, row)),
+        psycopg.sql.SQL(", ").join(psycopg.sql.Placeholder() * len(row)),
+    )
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(insert, list(row.values()))

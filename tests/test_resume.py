@@ -1,0 +1,271 @@
+"""EventSource clients: POST /api/chat/messages, the capability-guarded stream, resume, stop, replay.
+
+The last test runs two real server processes sharing Redis and Postgres and moves a reader from one
+to the other mid-answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import redis
+
+from server.app import create_app
+from server.settings import Settings
+from tests.conftest import ROOT, TEST_REDIS_URL, copy_index
+from tests.fake_openai import FakeOpenAI, ok
+from tests.servers import serving
+from tests.sse_client import SSEEvent, answer_text, events, of_type, read_all
+
+QUESTION = "How does a humanoid keep its balance?"
+LONG_ANSWER = " ".join(f"w{i}" for i in range(120)) + " [1]."
+KEY = "test-signing-key"
+
+Server = Callable[..., AbstractAsyncContextManager[tuple[httpx.AsyncClient, FakeOpenAI]]]
+
+
+@pytest.fixture
+def flush_redis() -> None:
+    redis.Redis.from_url(TEST_REDIS_URL).flushdb()
+
+
+@pytest.fixture
+def server(demo_index_dir: Path, tmp_path: Path, clean_db: str, flush_redis: None) -> Server:
+    @asynccontextmanager
+    async def start(
+        *, fake: FakeOpenAI | None = None, **env: str
+    ) -> AsyncIterator[tuple[httpx.AsyncClient, FakeOpenAI]]:
+        fake = fake or FakeOpenAI(default=ok(LONG_ANSWER, token_delay_s=0.01))
+        async with serving(fake.app()) as llm_url:
+            values = {
+                "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")),
+                "DATABASE_URL": clean_db,
+                "LOG_FORMAT": "text",
+                "OPENAI_API_KEY": "sk-test",
+                "OPENAI_BASE_URL": f"{llm_url}/v1",
+                "EMBEDDER": "local",
+                "STREAM_SIGNING_KEY": KEY,
+                **env,
+            }
+            async with (
+                serving(create_app(Settings.from_env(values))) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as c,
+            ):
+                yield c, fake
+
+    return start
+
+
+async def post_message(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
+    response = await client.post("/api/chat/messages", json={"question": QUESTION, **fields})
+    assert response.status_code == 202, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+async def read_some(
+    client: httpx.AsyncClient, url: str, *, tokens: int, headers: dict[str, str] | None = None
+) -> list[SSEEvent]:
+    """Read until ``tokens`` token events arrived, then drop the connection."""
+    seen: list[SSEEvent] = []
+    async with client.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200
+        async for event in events(response):
+            seen.append(event)
+            if sum(e.event == "token" for e in seen) == tokens:
+                break
+    return seen
+
+
+def stored_answer(database_url: str, message_id: str) -> tuple[str, str]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT content, status FROM chat_messages WHERE id = %s", (message_id,)).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+async def test_a_posted_message_streams_from_its_capability_url(server: Server, clean_db: str) -> None:
+    async with server() as (client, fake):
+        created = await post_message(client)
+        assert set(created) >= {"message_id", "session_id", "session_token", "stream_url"}
+        stream = await read_all(client, "GET", created["stream_url"])
+    assert [e.id for e in stream] == [str(i) for i in range(1, len(stream) + 1)]
+    assert stream[0].json()["stream_url"] == created["stream_url"] and stream[0].retry == 2000
+    assert of_type(stream, "done")[0]["finish_reason"] == "stop"
+    assert answer_text(stream) == stored_answer(clean_db, created["message_id"])[0] == LONG_ANSWER
+    assert len(fake.requests) == 1
+
+
+async def test_a_reconnect_resumes_after_last_event_id_without_duplicates(server: Server, clean_db: str) -> None:
+    async with server() as (client, _):
+        created = await post_message(client)
+        first = await read_some(client, created["stream_url"], tokens=3)
+        rest = await read_all(client, "GET", created["stream_url"], headers={"Last-Event-ID": first[-1].id or ""})
+        # Clients that cannot set headers pass it in the query instead.
+        by_query = await read_all(client, "GET", f"{created['stream_url']}&last_event_id={first[-1].id}")
+    ids = [e.id for e in first + rest]
+    assert ids == [str(i) for i in range(1, len(ids) + 1)]
+    assert answer_text(first + rest) == stored_answer(clean_db, created["message_id"])[0] == LONG_ANSWER
+    assert [e.id for e in by_query] == [e.id for e in rest]
+
+
+async def test_a_reconnect_after_done_gets_204_and_a_new_reader_gets_the_whole_replay(server: Server) -> None:
+    async with server() as (client, _):
+        created = await post_message(client)
+        stream = await read_all(client, "GET", created["stream_url"])
+        after_done = await client.get(created["stream_url"], headers={"Last-Event-ID": stream[-1].id or ""})
+        replay = await read_all(client, "GET", created["stream_url"])
+    assert after_done.status_code == 204
+    assert [(e.id, e.event, e.data) for e in replay] == [(e.id, e.event, e.data) for e in stream]
+
+
+async def test_a_finished_answer_replays_from_postgres_once_live_events_are_gone(server: Server) -> None:
+    async with server() as (client, _):
+        created = await post_message(client)
+        original = await read_all(client, "GET", created["stream_url"])
+    async with server() as (client, _):  # a fresh process state: only Postgres remembers the answer
+        replay = await read_all(client, "GET", created["stream_url"])
+        after_done = await client.get(created["stream_url"], headers={"Last-Event-ID": replay[-1].id or ""})
+    assert [e.event for e in replay] == ["meta", "sources", "token", "done"]
+    assert answer_text(replay) == answer_text(original)
+    assert of_type(replay, "done")[0]["cited"] == of_type(original, "done")[0]["cited"]
+    assert after_done.status_code == 204
+
+
+@pytest.mark.parametrize("mangle", ["wrong", "missing", "other-message", "expired"])
+async def test_a_wrong_or_expired_capability_is_a_404(server: Server, mangle: str) -> None:
+    async with server(STREAM_TTL_S="1") as (client, _):
+        created = await post_message(client)
+        url: str = created["stream_url"]
+        if mangle == "wrong":
+            url = url[:-4] + "AAAA"
+        elif mangle == "missing":
+            url = url.split("?")[0]
+        elif mangle == "other-message":
+            url = url.replace(created["message_id"], str(uuid.uuid4()))
+        else:
+            await asyncio.sleep(2.1)
+        get = await client.get(url)
+        delete = await client.delete(url.replace("/stream", ""))
+    assert (get.status_code, delete.status_code) == (404, 404)
+    assert get.json()["error"]["code"] == "not_found"
+
+
+async def test_a_double_submitted_client_request_id_runs_one_generation(server: Server) -> None:
+    async with server() as (client, fake):
+        first = await post_message(client, client_request_id="6f1c1d7e-5a43-4c1e-9d7a-0b7f3b0f4a11")
+        session = {"session_id": first["session_id"], "session_token": first["session_token"]}
+        again = await post_message(client, client_request_id="6f1c1d7e-5a43-4c1e-9d7a-0b7f3b0f4a11", **session)
+        via_chat = await read_all(
+            client,
+            "POST",
+            "/api/chat",
+            json={"question": QUESTION, "client_request_id": "6f1c1d7e-5a43-4c1e-9d7a-0b7f3b0f4a11", **session},
+        )
+    assert again["message_id"] == first["message_id"] and again["created"] is False
+    assert via_chat[0].json()["message_id"] == first["message_id"] and answer_text(via_chat) == LONG_ANSWER
+    assert len(fake.requests) == 1
+
+
+async def test_delete_stops_the_generation_within_a_second(server: Server, clean_db: str) -> None:
+    slow = FakeOpenAI(default=ok(LONG_ANSWER, token_delay_s=0.05))
+    async with server(fake=slow, STREAM_GRACE_S="30") as (client, fake):
+        created = await post_message(client)
+        first = await read_some(client, created["stream_url"], tokens=2)
+        started = time.perf_counter()
+        stopped = await client.delete(created["stream_url"].replace("/stream", ""))
+        elapsed = time.perf_counter() - started
+        rest = await read_all(client, "GET", created["stream_url"], headers={"Last-Event-ID": first[-1].id or ""})
+        again = await client.delete(created["stream_url"].replace("/stream", ""))
+    assert stopped.status_code == 200 and stopped.json()["status"] == "cancelled" and elapsed < 1.0
+    assert of_type(rest, "done")[0]["finish_reason"] == "cancelled"
+    assert fake.streams_closed_early == 1
+    content, status = stored_answer(clean_db, created["message_id"])
+    assert status == "interrupted" and content == answer_text(first + rest) and content != LONG_ANSWER
+    assert again.json()["status"] == "finished"
+
+
+# -- two processes -----------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def server_process(env: dict[str, str]) -> AsyncIterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "server", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as probe:
+            for _ in range(300):
+                if process.poll() is not None:
+                    raise RuntimeError(process.stderr.read().decode() if process.stderr else "server died")
+                try:
+                    if (await probe.get(f"{url}/health")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+async def test_a_reader_moves_to_another_worker_mid_answer_and_gets_every_event_once(
+    demo_index_dir: Path, tmp_path: Path, clean_db: str, flush_redis: None
+) -> None:
+    fake = FakeOpenAI(default=ok(LONG_ANSWER, token_delay_s=0.02))
+    async with serving(fake.app()) as llm_url:
+        common = {
+            "DATABASE_URL": clean_db,
+            "REDIS_URL": TEST_REDIS_URL,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": f"{llm_url}/v1",
+            "EMBEDDER": "local",
+            "STREAM_SIGNING_KEY": KEY,
+            "STREAM_GRACE_S": "5",
+            "LOG_LEVEL": "warning",
+        }
+        env_a = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "a"))}
+        env_b = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "b"))}
+        async with (
+            server_process(env_a) as url_a,
+            server_process(env_b) as url_b,
+            httpx.AsyncClient(timeout=30) as client,
+        ):
+            created = (await client.post(f"{url_a}/api/chat/messages", json={"question": QUESTION})).json()
+            first = await read_some(client, url_a + created["stream_url"], tokens=5)
+            rest = await read_all(
+                client, "GET", url_b + created["stream_url"], headers={"Last-Event-ID": first[-1].id or ""}
+            )
+            after_done = await client.get(url_b + created["stream_url"], headers={"Last-Event-ID": rest[-1].id or ""})
+    ids = [e.id for e in first + rest]
+    assert ids == [str(i) for i in range(1, len(ids) + 1)]
+    assert answer_text(first + rest) == stored_answer(clean_db, created["message_id"])[0] == LONG_ANSWER
+    assert len(fake.requests) == 1 and fake.streams_completed == 1
+    assert after_done.status_code == 204

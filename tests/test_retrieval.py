@@ -1,0 +1,320 @@
+"""Retrieval on small indexes built in the test: ranking, budget, declines, the adaptive module filter, selection.
+
+Most tests use ``WordEmbedder``, a real (if simple) embedder whose similarities follow word overlap, so each
+branch can be reached on purpose; the last ones use the local MiniLM index of the demo book.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from server import ingest, sparse
+from server.confidence import Calibration
+from server.index import VectorIndex
+from server.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt, question_share
+from server.services import open_services
+from server.settings import Settings
+from server.tokens import TokenCounter
+from tests.conftest import copy_index
+
+# WordEmbedder's similarities for a matching section sit around 0.35-0.6 (breadcrumbs and filler dilute them).
+SCALE = Calibration(decline=0.1, low=0.15, high=0.5)
+GEAR = "gearbox torque ratio"
+
+
+class WordCounter:
+    name = "words"
+    exact = True
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        return " ".join(text.split()[:max_tokens])
+
+
+class WordEmbedder:
+    """Bag of keyword terms hashed into 256 dimensions, L2-normalised: cosine follows shared words."""
+
+    name = "words"
+    model = "words-256"
+    dim = 256
+    counter: TokenCounter = WordCounter()
+    chunk_tokens = 2000
+    chunk_overlap = 0
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self._embed(t) for t in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        return self._embed(text)
+
+    async def aclose(self) -> None:
+        return None
+
+    def _embed(self, text: str) -> list[float]:
+        vector = [0.0] * self.dim
+        for term in sparse.terms(text):
+            vector[int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "big") % self.dim] += 1.0
+        norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+        return [v / norm for v in vector]
+
+
+def _section(heading: str, *words: str) -> str:
+    return f"## {heading}\n\n{' '.join(words)}.\n"
+
+
+def _filler(tag: str, n: int = 4) -> list[str]:
+    return [f"{tag}{chr(97 + i)}word" for i in range(n)]
+
+
+def _write_book(root: Path) -> Path:
+    """m1: five sections on gearboxes; m2: two on gearboxes among three on sensors; m3: walking, one zebra."""
+    docs = root / "docs"
+    files = {
+        "m1-gears/gears.md": [_section(f"Gears {i}", GEAR, *_filler(f"g{i}")) for i in range(5)],
+        "m2-sensors/sensors.md": [_section(f"Gear note {i}", GEAR, *_filler(f"n{i}")) for i in range(2)]
+        + [_section(f"Sensor {i}", "camera lidar imu", *_filler(f"s{i}")) for i in range(3)],
+        "m3-walking/walking.md": [_section(f"Gait {i}", "footstep balance gait", *_filler(f"w{i}")) for i in range(4)]
+        + [_section("Stripes", "zebra stripes", *_filler("z", 40))],
+    }
+    for name, sections in files.items():
+        path = docs / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {path.stem.title()}\n\n" + "\n".join(sections), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+async def small_index(tmp_path: Path) -> AsyncIterator[VectorIndex]:
+    settings = Settings.from_env({"DATA_DIR": str(tmp_path / "data")})
+    book = _write_book(tmp_path / "book")
+    index = VectorIndex.from_settings(settings)
+    await ingest.run(book, index, WordEmbedder(), base_url="http://book.test")
+    yield index
+    await index.close()
+
+
+@pytest.fixture
+def retriever(small_index: VectorIndex) -> Retriever:
+    return Retriever(small_index, WordEmbedder(), SCALE)
+
+
+# -- ranking, budget, confidence -------------------------------------------------------------------
+
+
+async def test_the_best_matching_sections_come_first_numbered_from_one(retriever: Retriever) -> None:
+    result = await retriever.retrieve("What is a gearbox torque ratio?")
+    assert [s.n for s in result.sources] == list(range(1, len(result.sources) + 1))
+    assert 1 <= len(result.sources) <= 5
+    assert all(GEAR in s.text for s in result.sources[:5])
+    assert result.level in ("medium", "high") and not result.declined
+    assert result.sources[0].url.startswith("http://book.test/docs/")
+
+
+async def test_near_duplicate_chunks_do_not_crowd_out_the_rest(tmp_path: Path) -> None:
+    book = tmp_path / "book"
+    same = " ".join([GEAR, *_filler("dup", 12)])
+    sections = [_section(f"Copy {i}", same) for i in range(4)] + [_section("Other", GEAR, *_filler("o", 3))]
+    (book / "docs" / "m1").mkdir(parents=True)
+    (book / "docs" / "m1" / "a.md").write_text("# A\n\n" + "\n".join(sections), encoding="utf-8")
+    index = VectorIndex.from_settings(Settings.from_env({"DATA_DIR": str(tmp_path / "data")}))
+    try:
+        await ingest.run(book, index, WordEmbedder(), base_url="http://book.test")
+        result = await Retriever(index, WordEmbedder(), SCALE).retrieve(GEAR)
+    finally:
+        await index.close()
+    copies = [s for s in result.candidates if "dupaword" in s.text]
+    assert len(copies) == 1
+    assert any(s.heading_path[-1] == "Other" for s in result.candidates)
+
+
+async def test_sources_fit_the_context_budget_best_first(tmp_path: Path) -> None:
+    book = tmp_path / "book"
+    (book / "docs" / "m1").mkdir(parents=True)
+    long_words = [f"{GEAR} " + " ".join(f"w{i}x{j}" for j in range(1400)) for i in range(4)]
+    sections = [_section(f"Long {i}", text) for i, text in enumerate(long_words)]
+    (book / "docs" / "m1" / "a.md").write_text("# A\n\n" + "\n".join(sections), encoding="utf-8")
+    index = VectorIndex.from_settings(Settings.from_env({"DATA_DIR": str(tmp_path / "data")}))
+    try:
+        await ingest.run(book, index, WordEmbedder(), base_url="http://book.test")
+        result = await Retriever(index, WordEmbedder(), Calibration(decline=0.01, low=0.02, high=0.9)).retrieve(GEAR)
+    finally:
+        await index.close()
+    assert len(result.candidates) == 4
+    assert 1 <= len(result.sources) < 4
+    assert sum(s.token_count for s in result.sources) <= CONTEXT_BUDGET_TOKENS
+    assert result.sources[0].chunk_id == result.candidates[0].chunk_id
+
+
+async def test_a_question_the_book_does_not_cover_is_declined_with_three_related_sections(
+    retriever: Retriever,
+) -> None:
+    result = await retriever.retrieve("What should I cook for dinner tonight?")
+    assert result.declined and result.level == "none"
+    assert result.sources == ()
+    assert 1 <= len(result.related) <= 3
+    assert len({s.url for s in result.related}) == len(result.related)
+
+
+async def test_a_question_naming_something_the_book_never_mentions_is_declined(retriever: Retriever) -> None:
+    result = await retriever.retrieve("How do I tune the gearbox torque ratio in MoveIt?")
+    assert result.unknown_terms == ("moveit",)
+    assert result.declined
+    named_and_known = await retriever.retrieve("How do I tune the gearbox torque ratio in Gears?")
+    assert named_and_known.unknown_terms == () and not named_and_known.declined
+
+
+async def test_weak_evidence_answers_with_a_low_confidence_notice(small_index: VectorIndex) -> None:
+    lenient = Retriever(small_index, WordEmbedder(), Calibration(decline=0.05, low=0.6, high=0.9))
+    result = await lenient.retrieve("zebra stripes")
+    assert result.level == "low"
+    assert [n.code for n in result.notices] == ["low_confidence"]
+    assert result.sources and result.sources[0].heading_path[-1] == "Stripes"
+
+
+# -- the adaptive module filter (DESIGN.md) --------------------------------------------------------
+
+
+async def test_a_module_that_answers_well_keeps_the_filter_strictly(retriever: Retriever) -> None:
+    result = await retriever.retrieve(GEAR, module="m1-gears")
+    assert result.scope.decision == "strict" and result.scope.searched == "module"
+    assert result.notices == () and result.scope.event()["note"] is None
+    assert {s.module for s in result.sources} == {"m1-gears"}
+
+
+async def test_a_module_that_answers_partly_keeps_the_filter_with_a_partial_notice(retriever: Retriever) -> None:
+    result = await retriever.retrieve(GEAR, module="m2-sensors")
+    assert result.scope.decision == "partial" and result.scope.searched == "module"
+    assert [n.code for n in result.notices] == ["scope_partial"]
+    assert {s.module for s in result.sources} == {"m2-sensors"}
+
+
+async def test_a_module_without_the_answer_is_widened_to_the_whole_book(retriever: Retriever) -> None:
+    result = await retriever.retrieve(GEAR, module="m3-walking")
+    assert result.scope.decision == "widened" and result.scope.searched == "all"
+    assert [n.code for n in result.notices] == ["scope_widened"]
+    assert result.scope.event() == {
+        "requested_module": "m3-walking",
+        "searched": "all",
+        "note": result.notices[0].message,
+    }
+    assert result.sources[0].module in ("m1-gears", "m2-sensors")
+
+
+async def test_when_no_module_does_better_the_filter_stays_and_suggests_removing_it(retriever: Retriever) -> None:
+    result = await retriever.retrieve("zebra stripes", module="m3-walking")
+    assert result.scope.decision == "limited" and result.scope.searched == "module"
+    assert "scope_limited" in [n.code for n in result.notices]
+    assert "Remove the module filter" in (result.scope.note or "")
+
+
+# -- selection mode --------------------------------------------------------------------------------
+
+
+async def test_selection_mode_cites_the_chunk_holding_the_selection_first(retriever: Retriever) -> None:
+    selection = "zebra stripes " + " ".join(_filler("z", 40))
+    result = await retriever.retrieve("What does this say?", selected_text=selection)
+    assert result.mode == "selection" and not result.declined
+    assert 1 <= len(result.sources) <= 3
+    assert result.sources[0].heading_path[-1] == "Stripes"
+
+
+async def test_selection_mode_never_declines_even_when_the_book_has_nothing_similar(retriever: Retriever) -> None:
+    result = await retriever.retrieve("Explain this", selected_text="Completely unrelated prose about cooking pasta.")
+    assert result.mode == "selection" and not result.declined and result.level != "none"
+
+
+# -- the in-process copy and the server path -------------------------------------------------------
+
+
+async def test_retrieval_sees_what_was_ingested_after_its_first_question(tmp_path: Path) -> None:
+    book = _write_book(tmp_path / "book")
+    index = VectorIndex.from_settings(Settings.from_env({"DATA_DIR": str(tmp_path / "data")}))
+    try:
+        await ingest.run(book, index, WordEmbedder(), base_url="http://book.test")
+        retriever = Retriever(index, WordEmbedder(), SCALE)
+        assert (await retriever.retrieve("quantum flux capacitor")).declined
+        extra = book / "docs" / "m3-walking" / "flux.md"
+        extra.write_text("# Flux\n\n" + _section("Capacitors", "quantum flux capacitor", *_filler("q")), "utf-8")
+        await ingest.run(book, index, WordEmbedder(), base_url="http://book.test")
+        after = await retriever.retrieve("quantum flux capacitor")
+    finally:
+        await index.close()
+    assert not after.declined and after.sources[0].file_path == "m3-walking/flux.md"
+
+
+async def test_a_qdrant_server_answers_the_hybrid_query_itself_with_the_same_ranking(
+    small_index: VectorIndex, retriever: Retriever
+) -> None:
+    # The same storage seen as a server would be: queries go to Qdrant's Prefetch + RRF instead of the copy.
+    as_server = VectorIndex(small_index.client, collection=small_index.collection, timeout_s=2, server_mode=True)
+    server_retriever = Retriever(as_server, WordEmbedder(), SCALE)
+    for question, module in ((GEAR, None), (GEAR, "m3-walking"), ("How do I tune the gearbox in MoveIt?", None)):
+        local = await retriever.retrieve(question, module=module)
+        remote = await server_retriever.retrieve(question, module=module)
+        # Many sections tie exactly here, so compare what was found, not the order among equals.
+        assert sorted(round(s.score, 4) for s in remote.candidates) == sorted(
+            round(s.score, 4) for s in local.candidates
+        )
+        assert remote.confidence == pytest.approx(local.confidence, abs=0.01)
+        assert (remote.level, remote.scope.decision, remote.unknown_terms) == (
+            local.level,
+            local.scope.decision,
+            local.unknown_terms,
+        )
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "share"),
+    [
+        ("### Question 4\n\nWhat are the parts of an action?\na) Goal\nb) Result\nc) Feedback", 1.0),
+        ("Actions have a goal, a result and feedback.\nThey can be cancelled.", 0.0),
+        ("Why does this matter?\nBecause latency adds up.", 0.5),
+        ("", 0.0),
+    ],
+)
+def test_question_share_measures_how_much_of_a_passage_asks_rather_than_tells(text: str, share: float) -> None:
+    assert question_share(text) == pytest.approx(share)
+
+
+def test_an_excerpt_is_plain_prose_cut_at_a_word() -> None:
+    text = (
+        "## Heading\n\n**Bold** and `code` with a [link](http://x.test).\n\n```python\nprint(1)\n```\n" + "word " * 80
+    )
+    result = excerpt(text, limit=60)
+    assert "```" not in result and "**" not in result and "](" not in result
+    assert result.endswith("…") and len(result) <= 61
+
+
+# -- the real local embedder on the demo book ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def demo_retriever(demo_index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Retriever]:
+    data = copy_index(demo_index_dir, tmp_path_factory.mktemp("demo-retrieval") / "data")
+    async with open_services(Settings.from_env({"DATA_DIR": str(data), "EMBEDDER": "local"}), retrieval=True) as s:
+        assert s.index is not None and s.embedder is not None
+        yield Retriever(s.index, s.embedder)
+
+
+async def test_minilm_finds_the_section_of_a_paraphrased_question(demo_retriever: Retriever) -> None:
+    result = await demo_retriever.retrieve("Why is simply cutting motor power a bad way to stop a walking humanoid?")
+    assert not result.declined
+    assert result.sources[0].file_path.startswith("03-simulation-and-learning/")
+
+
+async def test_minilm_declines_a_near_miss_and_an_unrelated_question(demo_retriever: Retriever) -> None:
+    near_miss = await demo_retriever.retrieve("How do I configure MoveIt 2 to plan motions for a robot arm?")
+    unrelated = await demo_retriever.retrieve("How long should I boil an egg to get a soft yolk?")
+    assert near_miss.declined and near_miss.unknown_terms == ("moveit",)
+    assert unrelated.declined and unrelated.unknown_terms == ()
+    assert len(unrelated.related) == 3

@@ -1,0 +1,290 @@
+"""Privacy and abuse: nobody reads another reader's chats, nobody runs up the bill, hostile input is harmless.
+
+Real Postgres and Redis, the app on a real socket, the offline generator (no model is paid for here).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import psycopg
+import pytest
+import redis
+
+from server.app import create_app
+from server.ratelimit import client_address
+from server.settings import Settings
+from tests.conftest import TEST_REDIS_URL, copy_index
+from tests.servers import serving
+from tests.sse_client import answer_text, read_all
+
+SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
+QUESTION = "What is a ROS 2 topic?"
+
+App = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+def token(sub: str, *, expires_in: int = 3600, secret: str = SECRET) -> str:
+    return jwt.encode({"sub": sub, "exp": int(time.time()) + expires_in}, secret, algorithm="HS256")
+
+
+def bearer(sub: str, **kwargs: Any) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(sub, **kwargs)}"}
+
+
+@pytest.fixture
+def app_server(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> App:
+    redis.Redis.from_url(TEST_REDIS_URL).flushdb()
+
+    @asynccontextmanager
+    async def start(**env: str) -> AsyncIterator[httpx.AsyncClient]:
+        values = {
+            "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")),
+            "DATABASE_URL": clean_db,
+            "AUTH_JWT_SECRET": SECRET,
+            "LOG_FORMAT": "text",
+            **env,
+        }
+        async with (
+            serving(create_app(Settings.from_env(values))) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as c,
+        ):
+            yield c
+
+    return start
+
+
+async def ask(client: httpx.AsyncClient, headers: dict[str, str] | None = None, **fields: Any) -> dict[str, Any]:
+    stream = await read_all(client, "POST", "/api/chat", json={"question": QUESTION, **fields}, headers=headers)
+    meta: dict[str, Any] = stream[0].json()
+    meta["answer"] = answer_text(stream)
+    return meta
+
+
+def count_rows(database_url: str) -> tuple[int, int]:
+    with psycopg.connect(database_url) as conn:
+        sessions = conn.execute("SELECT count(*) FROM chat_sessions").fetchone()
+        messages = conn.execute("SELECT count(*) FROM chat_messages").fetchone()
+    assert sessions is not None and messages is not None
+    return sessions[0], messages[0]
+
+
+# -- history and ownership ---------------------------------------------------------------------------
+
+
+async def test_the_session_token_reads_the_history_with_citations_oldest_first(app_server: App) -> None:
+    async with app_server() as client:
+        first = await ask(client)
+        session = {"session_id": first["session_id"], "session_token": first["session_token"]}
+        await ask(client, question="And what is a service?", **session)
+        history = await client.get(
+            f"/api/sessions/{first['session_id']}/messages", headers={"X-Session-Token": first["session_token"]}
+        )
+        page = await client.get(
+            f"/api/sessions/{first['session_id']}/messages?limit=3", headers={"X-Session-Token": first["session_token"]}
+        )
+        rest = await client.get(
+            f"/api/sessions/{first['session_id']}/messages",
+            params={"after": page.json()["next"]},
+            headers={"X-Session-Token": first["session_token"]},
+        )
+    assert history.status_code == 200 and "ratelimit-remaining" in history.headers
+    messages = history.json()["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[0]["content"] == QUESTION and messages[1]["content"] == first["answer"]
+    assert messages[1]["citations"] and messages[1]["citations"][0]["url"].startswith("http://localhost:3000/docs/")
+    assert [m["id"] for m in page.json()["messages"] + rest.json()["messages"]] == [m["id"] for m in messages]
+    assert rest.json()["next"] is None
+
+
+async def test_a_signed_in_reader_lists_and_reads_their_sessions_from_any_device(app_server: App) -> None:
+    async with app_server() as client:
+        mine = await ask(client, headers=bearer("alice"))
+        await ask(client, headers=bearer("bob"))
+        listed = await client.get("/api/sessions", headers=bearer("alice"))
+        history = await client.get(f"/api/sessions/{mine['session_id']}/messages", headers=bearer("alice"))
+        anonymous_list = await client.get("/api/sessions")
+    assert [s["id"] for s in listed.json()["sessions"]] == [mine["session_id"]]
+    assert listed.json()["sessions"][0]["title"] == QUESTION
+    assert history.status_code == 200 and len(history.json()["messages"]) == 2
+    assert anonymous_list.status_code == 401
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        {},
+        {"X-Session-Token": "not-the-token"},
+        {"Authorization": f"Bearer {token('mallory')}"},
+        {"Authorization": f"Bearer {token('alice', secret='another-secret-of-enough-length-to-sign')}"},
+    ],
+    ids=["none", "wrong-token", "other-user", "forged-jwt"],
+)
+async def test_another_readers_session_cannot_be_read_deleted_or_rated(
+    app_server: App, clean_db: str, credentials: dict[str, str]
+) -> None:
+    async with app_server() as client:
+        owner = await ask(client, headers=bearer("alice"))
+        before = count_rows(clean_db)
+        sid, mid = owner["session_id"], owner["message_id"]
+        read = await client.get(f"/api/sessions/{sid}/messages", headers=credentials)
+        delete = await client.delete(f"/api/sessions/{sid}", headers=credentials)
+        rate = await client.post(f"/api/messages/{mid}/feedback", json={"rating": "down"}, headers=credentials)
+        cont = await client.post(
+            "/api/chat", json={"question": "hi", "session_id": sid, "session_token": "guess"}, headers=credentials
+        )
+    expected = 401 if "forged" in str(credentials) or credentials.get("Authorization", "").endswith("==") else None
+    for response in (read, delete, rate, cont):
+        assert response.status_code in ((401,) if expected else (401, 404)), response.text
+        assert response.status_code == 401 or response.json()["error"]["code"] in ("not_found", "session_not_found")
+    assert count_rows(clean_db) == before
+    with psycopg.connect(clean_db) as conn:
+        assert conn.execute("SELECT feedback FROM chat_messages WHERE id = %s", (mid,)).fetchone() == (None,)
+
+
+async def test_an_expired_or_malformed_token_is_a_401_not_an_anonymous_downgrade(app_server: App) -> None:
+    async with app_server() as client:
+        expired = await client.post("/api/chat", json={"question": QUESTION}, headers=bearer("alice", expires_in=-600))
+        garbage = await client.get("/api/sessions", headers={"Authorization": "Bearer not.a.jwt"})
+        wrong_scheme = await client.get("/api/sessions", headers={"Authorization": "Basic abc"})
+    assert expired.status_code == 401 and expired.json()["error"]["code"] == "token_expired"
+    assert garbage.status_code == 401 and wrong_scheme.status_code == 401
+
+
+async def test_feedback_is_idempotent_and_the_last_rating_wins(app_server: App, clean_db: str) -> None:
+    async with app_server() as client:
+        meta = await ask(client)
+        headers = {"X-Session-Token": meta["session_token"]}
+        url = f"/api/messages/{meta['message_id']}/feedback"
+        assert (await client.post(url, json={"rating": "up"}, headers=headers)).status_code == 200
+        assert (await client.post(url, json={"rating": "up"}, headers=headers)).status_code == 200
+        last = await client.post(url, json={"rating": "down", "comment": "too short"}, headers=headers)
+    assert last.json() == {"message_id": meta["message_id"], "rating": "down", "comment": "too short"}
+    with psycopg.connect(clean_db) as conn:
+        row = conn.execute("SELECT feedback, feedback_comment FROM chat_messages WHERE id = %s", (meta["message_id"],))
+        assert row.fetchone() == ("down", "too short")
+
+
+async def test_deleting_a_session_removes_its_messages_and_citations(app_server: App, clean_db: str) -> None:
+    async with app_server() as client:
+        meta = await ask(client)
+        deleted = await client.delete(
+            f"/api/sessions/{meta['session_id']}", headers={"X-Session-Token": meta["session_token"]}
+        )
+        again = await client.get(
+            f"/api/sessions/{meta['session_id']}/messages", headers={"X-Session-Token": meta["session_token"]}
+        )
+    assert deleted.status_code == 204 and again.status_code == 404
+    assert count_rows(clean_db) == (0, 0)
+    with psycopg.connect(clean_db) as conn:
+        assert conn.execute("SELECT count(*) FROM source_citations").fetchone() == (0,)
+
+
+# -- budgets ------------------------------------------------------------------------------------------
+
+
+async def test_the_eleventh_question_in_the_window_gets_429_with_retry_after(app_server: App) -> None:
+    async with app_server(MAX_STREAMS_PER_CLIENT="50") as client:
+        answers = [await client.post("/api/chat/messages", json={"question": QUESTION}) for _ in range(10)]
+        eleventh = await client.post("/api/chat/messages", json={"question": QUESTION})
+        reads = await client.get("/api/faq")
+    assert [a.status_code for a in answers] == [202] * 10
+    assert [a.headers["ratelimit-remaining"] for a in answers] == [str(n) for n in range(9, -1, -1)]
+    assert eleventh.status_code == 429 and eleventh.json()["error"]["code"] == "rate_limited"
+    assert 3000 < int(eleventh.headers["retry-after"]) <= 3600
+    assert eleventh.headers["ratelimit-limit"] == "10" and eleventh.headers["ratelimit-remaining"] == "0"
+    assert reads.status_code == 200  # reading has its own budget
+
+
+async def test_two_workers_on_redis_share_one_limit(app_server: App) -> None:
+    env = {"REDIS_URL": TEST_REDIS_URL, "RATE_LIMIT_ANON": "3/hour"}
+    async with app_server(**env) as worker_a, app_server(**env) as worker_b:
+        codes = [
+            (await w.post("/api/chat/messages", json={"question": QUESTION})).status_code
+            for w in (worker_a, worker_b) * 2
+        ]
+    assert codes == [202, 202, 202, 429]
+
+
+async def test_a_forged_x_forwarded_for_mints_no_new_budget(app_server: App) -> None:
+    async with app_server(RATE_LIMIT_ANON="2/hour") as client:
+        codes = [
+            (
+                await client.post(
+                    "/api/chat/messages", json={"question": QUESTION}, headers={"X-Forwarded-For": f"203.0.113.{i}"}
+                )
+            ).status_code
+            for i in range(3)
+        ]
+    assert codes == [202, 202, 429]
+
+
+@pytest.mark.parametrize(
+    ("peer", "header", "trusted", "expected"),
+    [
+        ("10.0.0.5", "203.0.113.9", [], "10.0.0.5"),
+        ("10.0.0.5", "203.0.113.9", ["10.0.0.0/8"], "203.0.113.9"),
+        ("10.0.0.5", "198.51.100.1, 203.0.113.9", ["10.0.0.0/8"], "203.0.113.9"),  # the left one is the client's claim
+        ("10.0.0.5", "203.0.113.9, 10.0.0.7", ["10.0.0.0/8"], "203.0.113.9"),  # through two trusted hops
+        ("192.0.2.1", "203.0.113.9", ["10.0.0.0/8"], "192.0.2.1"),  # an untrusted peer's header is ignored
+        ("10.0.0.5", "not-an-ip", ["10.0.0.0/8"], "10.0.0.5"),
+    ],
+)
+def test_the_client_address_believes_forwarded_for_only_through_trusted_proxies(
+    peer: str, header: str, trusted: list[str], expected: str
+) -> None:
+    import ipaddress
+
+    assert client_address(peer, header, [ipaddress.ip_network(t) for t in trusted]) == expected
+
+
+async def test_a_caller_gets_at_most_n_answers_at_once(app_server: App) -> None:
+    async with app_server(MAX_STREAMS_PER_CLIENT="2") as client:
+        codes = [(await client.post("/api/chat/messages", json={"question": QUESTION})).status_code for _ in range(3)]
+        busy = await client.post("/api/chat/messages", json={"question": QUESTION})
+    assert codes == [202, 202, 429]
+    assert busy.json()["error"]["code"] == "too_many_streams"
+
+
+async def test_a_session_over_its_daily_token_budget_is_refused(app_server: App, clean_db: str) -> None:
+    async with app_server(SESSION_DAILY_TOKENS="100") as client:
+        meta = await ask(client)
+        with psycopg.connect(clean_db) as conn:
+            conn.execute(
+                "UPDATE chat_messages SET prompt_tokens = 90, completion_tokens = 20 WHERE id = %s",
+                (meta["message_id"],),
+            )
+        refused = await client.post(
+            "/api/chat",
+            json={"question": QUESTION, "session_id": meta["session_id"], "session_token": meta["session_token"]},
+        )
+        fresh = await client.post("/api/chat/messages", json={"question": QUESTION})
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "token_budget_exhausted"
+    assert fresh.status_code == 202
+
+
+# -- CORS ---------------------------------------------------------------------------------------------
+
+
+async def test_cors_allows_listed_origins_with_credentials_and_nobody_else(app_server: App) -> None:
+    preflight = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type,x-session-token",
+    }
+    async with app_server(ALLOWED_ORIGINS="https://book.example.org") as client:
+        allowed = await client.options("/api/chat", headers={"Origin": "https://book.example.org", **preflight})
+        denied = await client.options("/api/chat", headers={"Origin": "https://evil.example", **preflight})
+        simple = await client.get("/api/faq", headers={"Origin": "https://book.example.org"})
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://book.example.org"
+    assert allowed.headers["access-control-allow-credentials"] == "true"
+    assert "x-session-token" in allowed.headers["access-control-allow-headers"].lower()
+    assert denied.status_code == 400 and "access-control-allow-origin" not in denied.headers
+    assert "ratelimit-remaining" in simple.headers["access-control-expose-headers"].lower()

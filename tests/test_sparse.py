@@ -1,0 +1,74 @@
+"""The keyword side of hybrid search: terms, names, BM25 vectors and the in-memory keyword index."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.sparse import KeywordIndex, document_vector, names, query_vector, term_index, terms
+
+
+def test_identifiers_are_kept_whole_and_split_into_parts() -> None:
+    assert terms("Call rclpy.spin() on ros2_control") == [
+        "call",
+        "rclpy.spin",
+        "rclpy",
+        "spin",
+        "ros2_control",
+        "ros2",
+        "control",
+    ]
+
+
+def test_stopwords_and_single_letters_are_dropped_and_plurals_folded() -> None:
+    assert terms("What are the topics and policies of a robot?") == ["topic", "policy", "robot"]
+    assert terms("the status of this bus") == ["status", "bus"]  # -us and -ss words keep their s
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("How do I set up MoveIt 2 on an ESP32?", ["moveit", "esp32"]),
+        ("How do I connect EtherCAT servo drives to ros2_control?", ["ethercat", "ros2_control"]),
+        ("How do I flash micro-ROS firmware?", ["micro-ros"]),
+        ("What does rclpy.spin() actually do?", ["rclpy.spin"]),
+        ("How much does a Tesla Optimus robot cost?", ["tesla", "optimus"]),
+        ("What is a good old-fashioned approach to two-link legs?", []),  # ordinary compounds are not names
+        ("Where did ROS come from, and why ROS 2?", ["ros"]),
+        ("What is a series elastic actuator?", []),
+    ],
+)
+def test_names_are_identifiers_and_capitalised_words_after_the_first(question: str, expected: list[str]) -> None:
+    assert names(question) == expected
+
+
+def test_term_ids_are_stable_across_processes() -> None:
+    assert term_index("gazebo") == 0xF12684C9  # blake2b, never Python's per-process hash()
+    assert term_index("gazebo") != term_index("gazebos")
+    assert 0 <= term_index("anything") < 2**32
+
+
+def test_document_vectors_saturate_repeated_terms_and_queries_weigh_terms_equally() -> None:
+    once = document_vector("gazebo")
+    many = document_vector("gazebo " * 50)
+    assert (
+        max(once.values) < max(many.values) <= 2.2
+    )  # BM25 saturation: never above k1 + 1  # BM25 saturation: (k1 + 1) at most
+    query = query_vector("gazebo physics gazebo")
+    assert len(query.indices) == 2 and set(query.values) == {1.0}
+    assert list(query.indices) == sorted(query.indices)
+
+
+def test_the_keyword_index_ranks_rare_matching_terms_first() -> None:
+    index = KeywordIndex(
+        [
+            "the robot walks and the robot balances",
+            "gazebo simulates the robot physics",
+            "robot robot robot",
+            "nothing relevant here at all",
+        ]
+    )
+    scores = index.scores(terms("gazebo robot"))
+    assert int(scores.argmax()) == 1  # "gazebo" is rare, so it outweighs repeated "robot"
+    assert scores[3] == 0.0
+    assert "gazebo" in index and "moveit" not in index
+    assert index.scores(terms("moveit")).sum() == 0.0
