@@ -73,16 +73,20 @@ _chat_body = st.fixed_dictionaries(
 )
 _body = st.one_of(
     _chat_body.map(lambda b: json.dumps(b).encode()),
-    st.fixed_dictionaries({"rating": st.one_of(st.sampled_from(["up", "down"]), _text)}).map(lambda b: json.dumps(b).encode()),
+    st.fixed_dictionaries({"rating": st.one_of(st.sampled_from(["up", "down"]), _text)}).map(
+        lambda b: json.dumps(b).encode()
+    ),
     _json_value.map(lambda v: json.dumps(v).encode()),
     st.binary(max_size=200),
 )
-_path_value = st.one_of(st.uuids().map(str), st.text(st.characters(codec="ascii", categories=("L", "N")), min_size=1, max_size=20))
+_path_value = st.one_of(
+    st.uuids().map(str), st.text(st.characters(codec="ascii", categories=("L", "N")), min_size=1, max_size=20)
+)
 _headers = st.fixed_dictionaries(
     {},
     optional={
         "X-Session-Token": st.text(st.characters(codec="ascii", min_codepoint=33, max_codepoint=126), max_size=40),
-        "Authorization": st.sampled_from(["Bearer x", "Bearer a.b.c", "Basic zz", "Bearer "]),
+        "Authorization": st.sampled_from(["Bearer x", "Bearer a.b.c", "Basic zz", "Bearer"]),
         "Last-Event-ID": st.sampled_from(["1", "999999", "-1", "abc", ""]),
         "X-Forwarded-For": st.sampled_from(["1.2.3.4", "garbage", "::1, 10.0.0.1"]),
         "Content-Type": st.sampled_from(["application/json", "text/plain", "multipart/form-data"]),
@@ -101,7 +105,10 @@ async def fuzz_client(demo_index_dir: Path, tmp_path: Path, clean_db: str):
         "LOG_FORMAT": "text",
         "LOG_LEVEL": "error",
     }
-    async with serving(create_app(Settings.from_env(env))) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with (
+        serving(create_app(Settings.from_env(env))) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
         yield client
 
 
