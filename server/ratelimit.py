@@ -19,6 +19,7 @@ from typing import Any, Literal
 from limits import RateLimitItem, parse
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
+from redis.asyncio import ConnectionPool
 
 from server.errors import RateLimited
 from server.settings import Settings
@@ -54,15 +55,23 @@ class RateLimiter:
         self._prefix = prefix
         self._memory = MovingWindowRateLimiter(storage_from_string("async+memory://"))
         self._redis: MovingWindowRateLimiter | None = None
+        self._pool: ConnectionPool | None = None
         if settings.redis_url:
-            storage = storage_from_string(
-                "async+" + settings.redis_url,
-                implementation="redispy",
+            # Our own pool, so ``aclose`` can release its sockets (limits has no close of its own).
+            self._pool = ConnectionPool.from_url(
+                settings.redis_url,
                 socket_timeout=settings.db_timeout_s,
                 socket_connect_timeout=settings.db_timeout_s,
             )
+            storage = storage_from_string(
+                "async+" + settings.redis_url, implementation="redispy", connection_pool=self._pool
+            )
             self._redis = MovingWindowRateLimiter(storage)
         self._redis_down_until = 0.0
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
 
     async def hit(self, kind: Kind, *, client: str, user_id: str | None) -> Budget:
         """Spend one unit of ``kind`` for this caller; raises ``RateLimited`` (429) when none is left."""

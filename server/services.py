@@ -66,6 +66,7 @@ async def open_services(settings: Settings, *, retrieval: bool = False, chat: bo
         if chat:
             services.chat = await _chat_service(settings, services, stack)
             services.limiter = RateLimiter(settings)
+            stack.push_async_callback(services.limiter.aclose)
             services.slots = StreamSlots(settings.max_streams_per_client, services.redis)
             services.auth = Authenticator(settings)
         yield services

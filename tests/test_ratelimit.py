@@ -1,0 +1,163 @@
+"""Rate limits: a moving window per caller, shared through Redis, and never a 500 when Redis dies mid-run.
+
+Uses a throwaway redis-server on a free port so the test can kill it and bring it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_sync
+from redis.asyncio import Redis
+
+from server.errors import RateLimited
+from server.ratelimit import RateLimiter, StreamSlots
+from server.settings import Settings
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ThrowawayRedis:
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if redis_sync.Redis(port=self.port, socket_timeout=0.2).ping():
+                    return
+            except redis_sync.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("throwaway redis did not start")
+
+    def kill(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+
+@pytest.fixture
+def throwaway_redis() -> Iterator[ThrowawayRedis]:
+    server = ThrowawayRedis()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def _limiter(redis_url: str | None, rate: str = "3/minute") -> RateLimiter:
+    env = {"RATE_LIMIT_ANON": rate, "RATE_LIMIT_USER": "5/minute", "DB_TIMEOUT_S": "0.5"}
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    return RateLimiter(Settings.from_env(env))
+
+
+async def test_the_budget_counts_down_and_the_next_question_gets_a_429_with_retry_after() -> None:
+    limiter = _limiter(None)
+    budgets = [await limiter.hit("ask", client="10.0.0.1", user_id=None) for _ in range(3)]
+    assert [b.remaining for b in budgets] == [2, 1, 0]
+    assert budgets[0].headers()["RateLimit-Limit"] == "3"
+    with pytest.raises(RateLimited) as refused:
+        await limiter.hit("ask", client="10.0.0.1", user_id=None)
+    assert refused.value.status == 429
+    assert 1 <= int(refused.value.headers["Retry-After"]) <= 60
+    assert refused.value.headers["RateLimit-Remaining"] == "0"
+
+
+async def test_callers_have_separate_budgets_and_users_their_own_limit() -> None:
+    limiter = _limiter(None)
+    for _ in range(3):
+        await limiter.hit("ask", client="10.0.0.1", user_id=None)
+    assert (await limiter.hit("ask", client="10.0.0.2", user_id=None)).remaining == 2
+    signed_in = await limiter.hit("ask", client="10.0.0.1", user_id="alice")
+    assert signed_in.limit == 5 and signed_in.remaining == 4
+
+
+async def test_reads_do_not_spend_the_question_budget() -> None:
+    limiter = _limiter(None, rate="1/minute")
+    for _ in range(5):
+        await limiter.hit("read", client="10.0.0.1", user_id=None)
+    assert (await limiter.hit("ask", client="10.0.0.1", user_id=None)).remaining == 0
+
+
+async def test_two_limiters_on_one_redis_share_the_budget(throwaway_redis: ThrowawayRedis) -> None:
+    first, second = _limiter(throwaway_redis.url), _limiter(throwaway_redis.url)
+    try:
+        await first.hit("ask", client="10.0.0.9", user_id=None)
+        await second.hit("ask", client="10.0.0.9", user_id=None)
+        await first.hit("ask", client="10.0.0.9", user_id=None)
+        with pytest.raises(RateLimited):
+            await second.hit("ask", client="10.0.0.9", user_id=None)
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_redis_dying_mid_run_falls_back_to_memory_with_a_warning(
+    throwaway_redis: ThrowawayRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = _limiter(throwaway_redis.url)
+    await limiter.hit("ask", client="10.0.0.7", user_id=None)
+    throwaway_redis.kill()
+    try:
+        with caplog.at_level(logging.WARNING, logger="server.ratelimit"):
+            budgets = [await limiter.hit("ask", client="10.0.0.7", user_id=None) for _ in range(3)]
+            with pytest.raises(RateLimited):  # memory still limits: a dead Redis is not a free pass
+                await limiter.hit("ask", client="10.0.0.7", user_id=None)
+    finally:
+        await limiter.aclose()
+    assert [b.remaining for b in budgets] == [2, 1, 0]
+    assert any("limiting in memory" in r.getMessage() for r in caplog.records)
+
+
+async def test_stream_slots_cap_concurrent_answers_across_workers(throwaway_redis: ThrowawayRedis) -> None:
+    first_redis, second_redis = Redis.from_url(throwaway_redis.url), Redis.from_url(throwaway_redis.url)
+    try:
+        first, second = StreamSlots(2, first_redis), StreamSlots(2, second_redis)
+        await first.acquire("ip:10.0.0.5", "m1")
+        await second.acquire("ip:10.0.0.5", "m2")
+        with pytest.raises(RateLimited) as busy:
+            await first.acquire("ip:10.0.0.5", "m3")
+        assert busy.value.code == "too_many_streams"
+        await second.release("ip:10.0.0.5", "m2")
+        await first.acquire("ip:10.0.0.5", "m3")
+        await first.acquire("ip:10.0.0.6", "m4")  # another caller is not affected
+    finally:
+        await first_redis.aclose()
+        await second_redis.aclose()
+
+
+async def test_stream_slots_keep_counting_in_process_when_redis_is_down(throwaway_redis: ThrowawayRedis) -> None:
+    client = Redis.from_url(throwaway_redis.url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    throwaway_redis.kill()
+    try:
+        slots = StreamSlots(1, client)
+        await slots.acquire("ip:10.0.0.5", "m1")
+        with pytest.raises(RateLimited):
+            await slots.acquire("ip:10.0.0.5", "m2")
+        await slots.release("ip:10.0.0.5", "m1")
+        await slots.acquire("ip:10.0.0.5", "m2")
+    finally:
+        await client.aclose()
