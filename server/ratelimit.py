@@ -21,6 +21,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 from redis.asyncio import ConnectionPool
 
+from server import metrics
 from server.errors import RateLimited
 from server.settings import Settings
 
@@ -63,9 +64,8 @@ class RateLimiter:
                 socket_timeout=settings.db_timeout_s,
                 socket_connect_timeout=settings.db_timeout_s,
             )
-            storage = storage_from_string(
-                "async+" + settings.redis_url, implementation="redispy", connection_pool=self._pool
-            )
+            options: dict[str, Any] = {"implementation": "redispy", "connection_pool": self._pool}
+            storage = storage_from_string("async+" + settings.redis_url, **options)  # typed str-only options
             self._redis = MovingWindowRateLimiter(storage)
         self._redis_down_until = 0.0
 
@@ -86,6 +86,7 @@ class RateLimiter:
         reset_s = max(1, math.ceil(reset_at - time.time()))
         budget = Budget(item.amount, max(0, remaining), reset_s)
         if not allowed:
+            metrics.RATE_LIMITED.labels(name).inc()
             what = "questions" if kind == "ask" else "requests"
             raise RateLimited(
                 f"Too many {what}: {item.amount} per {_window(item)}. Try again in {_human(reset_s)}.",
@@ -218,6 +219,7 @@ class StreamSlots:
         return True
 
     def _busy(self) -> RateLimited:
+        metrics.RATE_LIMITED.labels("streams").inc()
         return RateLimited(
             f"You already have {self.limit} answers in progress; wait for one to finish.",
             retry_after=5,
