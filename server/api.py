@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,13 +19,15 @@ from starlette.responses import JSONResponse, Response
 
 from server import chat as chat_pipeline
 from server import health as health_checks
-from server import ratelimit, schemas, streaming
+from server import logs, metrics, ratelimit, schemas, streaming
 from server.chat import ChatService
 from server.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized
 from server.services import Services
 from server.store import Citation, MessageRow, Store
+from server.streaming import Event
 
 CANCEL_WAIT_S = 2.0  # DELETE answers once the stream has ended, or says it is still ending
+DRAIN_RETRY_AFTER_S = 5  # a refused question during shutdown: by then a proxy sends it to another process
 HISTORY_PAGE = 50
 HISTORY_MAX_PAGE = 200
 
@@ -58,7 +61,33 @@ async def caller(request: Request, kind: ratelimit.Kind) -> Caller:
 
 
 async def health(request: Request) -> JSONResponse:
-    return JSONResponse(await health_checks.check(services(request)))
+    """200 while the process can answer; 503 ``draining`` once it is shutting down, so balancers move on."""
+    body = await health_checks.check(services(request))
+    if _draining(request):
+        return JSONResponse({**body, "status": "draining"}, status_code=503)
+    return JSONResponse(body)
+
+
+def _draining(request: Request) -> bool:
+    drain = getattr(request.state, "drain", None)
+    return bool(drain is not None and drain.draining)
+
+
+def bind_message(request: Request, message_id: uuid.UUID | str) -> None:
+    """Every later log line of this request (and its access line) carries ``message_id``."""
+    request.scope["message_id"] = str(message_id)
+    logs.bind_message(str(message_id))
+
+
+def sse(events: AsyncIterator[Event], headers: dict[str, str]) -> Response:
+    """The SSE response, counted in ``textbook_open_streams`` while it is open."""
+
+    async def counted() -> AsyncIterator[Event]:
+        with metrics.open_stream():
+            async for event in events:
+                yield event
+
+    return streaming.response(counted(), headers=headers)
 
 
 async def read_json(request: Request) -> Any:
@@ -90,6 +119,12 @@ def require_store(request: Request) -> Store:
 
 
 async def _start(request: Request) -> tuple[chat_pipeline.Started, Caller]:
+    if _draining(request):
+        raise ServiceUnavailable(
+            "The server is restarting; please ask again in a few seconds.",
+            code="shutting_down",
+            headers={"Retry-After": str(DRAIN_RETRY_AFTER_S)},
+        )
     body = schemas.parse_chat_request(await read_json(request))  # a malformed request costs no budget
     who = await caller(request, "ask")
     service = chat_service(request)
@@ -109,6 +144,7 @@ async def _start(request: Request) -> tuple[chat_pipeline.Started, Caller]:
         raise
     if not started.created:
         await release()  # attached to an earlier answer: nothing new is generated
+    bind_message(request, started.message_id)
     return started, who
 
 
@@ -118,7 +154,7 @@ async def chat(request: Request) -> Response:
     events = await chat_pipeline.events(chat_service(request), started.message_id)
     if events is None:  # only when the first request's answer is gone everywhere (no Redis, no Postgres copy)
         raise NotFound("No such message.")
-    return streaming.response(events, headers=who.budget_headers)
+    return sse(events, who.budget_headers)
 
 
 async def create_message(request: Request) -> JSONResponse:
@@ -150,7 +186,7 @@ async def message_stream(request: Request) -> Response:
     events = await chat_pipeline.events(service, message_id, after)
     if events is None:
         raise NotFound("No such message.")
-    return streaming.response(events, headers=who.budget_headers)
+    return sse(events, who.budget_headers)
 
 
 async def cancel_message(request: Request) -> JSONResponse:
@@ -178,6 +214,7 @@ def _capability(request: Request, service: ChatService) -> uuid.UUID:
     message_id = parse_uuid(request.path_params["message_id"], "message")
     if not service.capabilities.verify(str(message_id), request.query_params.get("cap")):
         raise NotFound("No such message.")
+    bind_message(request, message_id)
     return message_id
 
 
@@ -242,6 +279,7 @@ async def feedback(request: Request) -> JSONResponse:
     """POST /api/messages/{id}/feedback: up or down, optional comment; the last rating wins."""
     who = await caller(request, "read")
     message_id = parse_uuid(request.path_params["message_id"], "message")
+    bind_message(request, message_id)
     body = schemas.parse_feedback(await read_json(request))
     store = require_store(request)
     message = await store.get_message(message_id)

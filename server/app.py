@@ -1,16 +1,21 @@
-"""The app factory: routes, middleware, error handlers and the lifespan that owns every client.
+"""The app factory: routes, middleware, error handlers, and the lifespan that owns every client and the drain.
 
 Nothing is built at import time; ``create_app(settings)`` builds one app (tests pass their own).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
+import os
 import re
+import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any
 
 from starlette.applications import Starlette
@@ -21,10 +26,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server import api, ingest, logs, openapi, webapp
+from server import api, ingest, logs, metrics, openapi, webapp
 from server.errors import AppError, MethodNotAllowed, NotFound, PayloadTooLarge
 from server.services import Services, open_services
 from server.settings import Settings
+from server.streaming import StreamRegistry
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("server.access")
@@ -33,11 +39,19 @@ MAX_BODY_BYTES = 64 * 1024
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-def create_app(settings: Settings | None = None, *, configure_logging: bool | None = None) -> Starlette:
-    """``configure_logging`` defaults to True when settings come from the environment (the served app)."""
-    if configure_logging is None:
-        configure_logging = settings is None
+def create_app(
+    settings: Settings | None = None, *, configure_logging: bool | None = None, handle_sigterm: bool | None = None
+) -> Starlette:
+    """Both flags default to True when settings come from the environment (the served app, ``serve``).
+
+    ``handle_sigterm``: SIGTERM drains (``Drain``) before the server's own shutdown; tests call
+    ``app.state.drain`` themselves instead, since the test runner owns the process's signals.
+    """
+    served = settings is None
+    configure_logging = served if configure_logging is None else configure_logging
+    handle_sigterm = served if handle_sigterm is None else handle_sigterm
     settings = settings or Settings.from_env()
+    drain = Drain(settings.shutdown_grace_s)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
@@ -46,10 +60,20 @@ def create_app(settings: Settings | None = None, *, configure_logging: bool | No
         async with open_services(settings, chat=True) as services:
             if settings.book_path is not None:
                 await _ingest_at_start(services)
-            yield {"services": services}
+            if services.chat is not None:
+                drain.attach(services.chat.registry)
+            restore = _drain_on_sigterm(drain) if handle_sigterm else None
+            try:
+                yield {"services": services, "drain": drain}
+            finally:
+                if restore is not None:
+                    restore()
+        if settings.metrics_dir is not None:
+            metrics.mark_process_dead(os.getpid(), settings.metrics_dir)  # this worker's open streams are gone
 
     routes = [
         Route("/health", api.health, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/api/modules", api.modules, methods=["GET"]),
         Route("/api/faq", api.faq, methods=["GET"]),
@@ -84,11 +108,126 @@ def create_app(settings: Settings | None = None, *, configure_logging: bool | No
         max_age=600,
     )
     app.add_middleware(RequestIdMiddleware)
+    app.state.drain = drain
     return app
 
 
 async def _openapi(request: Request) -> JSONResponse:
     return JSONResponse(openapi.document())
+
+
+async def _metrics(request: Request) -> Response:
+    # Not rate limited: a scraper polls it on a schedule (restrict who reaches it at the proxy).
+    body, content_type = metrics.render(api.services(request).settings.metrics_dir)
+    return Response(body, media_type=content_type)
+
+
+class Drain:
+    """Shutdown in three steps: refuse new questions, let running answers finish for ``grace_s``, stop the rest.
+
+    Stopped answers end with a retryable ``error`` event and are stored as ``interrupted`` with their text
+    (chat.py); the readers' questions were stored before generation began, so nothing they wrote is lost.
+    """
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.started_at: float | None = None
+        self._registry: StreamRegistry | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def draining(self) -> bool:
+        return self.started_at is not None
+
+    def attach(self, registry: StreamRegistry) -> None:
+        self._registry = registry
+
+    def begin(self) -> None:
+        """Refuse new questions from now on (503 with Retry-After; /health says ``draining``)."""
+        if self.started_at is None:
+            self.started_at = time.monotonic()
+            metrics.DRAINING.set(1)
+
+    def start(self, then: Callable[[], None] | None = None) -> asyncio.Task[None]:
+        """``begin``, then ``finish`` in a task of its own, then call ``then`` (the server's own shutdown)."""
+        self.begin()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(then), name="drain")
+        return self._task
+
+    async def finish(self) -> None:
+        """Wait until no answer is being generated or ``grace_s`` has passed; then stop what is left."""
+        registry = self._registry
+        if registry is None:
+            return
+        assert self.started_at is not None, "begin() first"
+        deadline = self.started_at + self.grace_s
+        seen: set[asyncio.Task[None]] = set()
+        running = [s.task for s in registry.live() if s.task is not None]
+        log.info("shutting down: no new questions; %d answer(s) in progress, up to %.0f s", len(running), self.grace_s)
+        while True:
+            running = [s.task for s in registry.live() if s.task is not None and not s.task.done()]
+            seen.update(running)
+            left = deadline - time.monotonic()
+            if not running or left <= 0:
+                break
+            await asyncio.wait(running, timeout=min(left, 0.5))
+        if running:
+            log.warning(
+                "shutting down: stopping %d answer(s) still in progress after %.0f s", len(running), self.grace_s
+            )
+        await registry.cancel_all("shutdown")
+        # Finished answers may still be writing to Postgres: the pool closes only after this.
+        pending = [task for task in seen if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=_PERSIST_WAIT_S)
+
+    async def _run(self, then: Callable[[], None] | None) -> None:
+        try:
+            await self.finish()
+        except Exception:
+            log.exception("drain failed; shutting down anyway")
+        finally:
+            if then is not None:
+                then()
+
+
+_PERSIST_WAIT_S = 5.0
+
+
+def _drain_on_sigterm(drain: Drain) -> Callable[[], None] | None:
+    """Route SIGTERM through ``drain`` before the server's handler; returns how to undo it (None: not possible).
+
+    The server (uvicorn) installs its handler before the lifespan starts; a second SIGTERM goes straight to it.
+    """
+    from sse_starlette.sse import AppStatus
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous):
+        return None  # no server handler to hand over to once drained
+    server_exit: Callable[[int, FrameType | None], Any] = previous
+    loop = asyncio.get_running_loop()
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if drain.draining:
+            server_exit(signum, frame)
+            return
+        # A fresh context: the handler interrupts whichever request happens to run, whose ids it would inherit.
+        loop.call_soon_threadsafe(drain.start, lambda: server_exit(signum, frame), context=contextvars.Context())
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread
+        return None
+    # sse-starlette would otherwise end every open stream the moment the server starts exiting, before the
+    # final events of interrupted answers are sent; our streams end by themselves once drained.
+    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
+
+    def restore() -> None:
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+            signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 async def _ingest_at_start(services: Services) -> None:
@@ -159,18 +298,27 @@ class RequestIdMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            access_log.info(
+            elapsed = time.perf_counter() - started
+            route = metrics.route_template(scope)
+            metrics.observe_request(route, scope["method"], status, elapsed)
+            access_log.log(
+                logging.DEBUG if route in _QUIET_ROUTES else logging.INFO,
                 "%s %s %s",
                 scope["method"],
                 scope["path"],
                 status,
                 extra={
                     "request_id": request_id,
+                    "message_id": scope.get("message_id"),  # set by api.py once the request names a message
+                    "route": route,
                     "status": status,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                    "duration_ms": round(elapsed * 1000, 1),
                 },
             )
             logs.request_id_var.reset(token)
+
+
+_QUIET_ROUTES = frozenset({"/metrics", "/health"})  # polled every few seconds by scrapers and orchestrators
 
 
 class BodyLimitMiddleware:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from server import logs, replay
+from server import logs, metrics, replay
 from server.capabilities import Capabilities
 from server.errors import DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
 from server.faq import Faq
@@ -81,6 +81,7 @@ async def start(
     stream_url = chat.capabilities.stream_url(str(message_id))
     if exchange is not None and not exchange.created:
         return Started(message_id, exchange.session_id, None, stream_url, created=False)
+    _log_question(request, str(message_id))
     stream = chat.registry.create(str(message_id))
     meta_base = {
         "message_id": str(message_id),
@@ -93,6 +94,13 @@ async def start(
         _run(chat, stream, request, session, exchange, meta_base, notices, on_finish), name=f"chat-{message_id}"
     )
     return Started(message_id, session.id, session.token, stream_url, created=True)
+
+
+def _log_question(request: ChatRequest, message_id: str) -> None:
+    # The question itself is the reader's words: only at debug (DESIGN.md settings: LOG_LEVEL).
+    facts = {"message_id": message_id, "mode": request.mode, "module": request.module, "chars": len(request.question)}
+    log.info("question received", extra=facts)
+    log.debug("question text", extra={**facts, "question": request.question, "selected_text": request.selected_text})
 
 
 async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> AsyncIterator[Event] | None:
@@ -151,6 +159,7 @@ async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) 
     now = datetime.now(UTC)
     used = await store.tokens_used_since(session_id, now - timedelta(days=1))
     if used >= budget:
+        metrics.RATE_LIMITED.labels("token_budget").inc()
         raise RateLimited(
             "This conversation has used its token budget for today. Start a new chat or come back tomorrow.",
             retry_after=3600,
@@ -187,9 +196,10 @@ async def _run(
     notices: list[tuple[str, str]],
     on_finish: Callable[[], Awaitable[None]] | None,
 ) -> None:
-    logs.message_id_var.set(stream.message_id)
+    logs.bind_message(stream.message_id)
     started = time.perf_counter()
     state = _RunState()
+    metrics.GENERATIONS.inc()
     try:
         retrieval = await _retrieve(chat, request)
         if retrieval is None:
@@ -201,6 +211,7 @@ async def _run(
     except asyncio.CancelledError:
         _end_cancelled(stream, state, started)
     except LLMUnavailable as exc:
+        metrics.LLM_ERRORS.inc()
         state.status = "failed"
         stream.publish("error", {"code": exc.code, "message": exc.message, "retryable": True})
     except Exception:
@@ -216,10 +227,40 @@ async def _run(
                 },
             )
     finally:
+        metrics.GENERATIONS.dec()
+        _record(stream, state, started)
         if exchange is not None and chat.store is not None:
             await _persist(chat.store, exchange, stream, state, started)
         if on_finish is not None:
             await on_finish()
+
+
+def _record(stream: MessageStream, state: _RunState, started: float) -> None:
+    """One log line and the answer metrics for a finished generation."""
+    last = stream.events[-1] if stream.events else None
+    if state.status == "interrupted":
+        outcome = "interrupted"
+        metrics.INTERRUPTED.labels(stream.cancel_reason or "unknown").inc()
+    elif last is not None and last.event == "done":
+        outcome = str(last.data.get("finish_reason", "stop"))
+    else:
+        outcome = "error"
+    seconds = time.perf_counter() - started
+    metrics.ANSWERS.labels(outcome).inc()
+    metrics.ANSWER_SECONDS.labels(outcome).observe(seconds)
+    if state.usage is not None:
+        metrics.tokens(state.usage.prompt_tokens, state.usage.completion_tokens)
+    log.info(
+        "answer finished",
+        extra={
+            "status": state.status,
+            "outcome": outcome,
+            "model": state.model,
+            "confidence": state.confidence,
+            "duration_ms": round(seconds * 1000, 1),
+            "events": len(stream.events),
+        },
+    )
 
 
 @dataclass
@@ -236,6 +277,7 @@ async def _retrieve(chat: ChatService, request: ChatRequest) -> Retrieval | None
     """Retrieval, or None when it is down (the FAQ answers instead)."""
     if chat.retriever is None:
         return None
+    started = time.perf_counter()
     try:
         return await chat.retriever.retrieve(
             request.question, module=request.module, selected_text=request.selected_text
@@ -244,6 +286,8 @@ async def _retrieve(chat: ChatService, request: ChatRequest) -> Retrieval | None
         log.warning("retrieval unavailable (%s); answering from the FAQ", exc.code)
     except Exception:
         log.exception("retrieval failed; answering from the FAQ")
+    finally:
+        metrics.RETRIEVAL_SECONDS.observe(time.perf_counter() - started)
     return None
 
 
@@ -256,7 +300,9 @@ def _open(
 ) -> None:
     stream.publish("meta", meta)
     stream.publish("sources", {"sources": sources})
+    metrics.CONFIDENCE.labels(meta["confidence_level"]).inc()
     for code, message in notices:
+        metrics.notice(code)
         stream.publish("notice", {"code": code, "message": message})
 
 
@@ -298,6 +344,7 @@ def _decline(
 ) -> None:
     state.confidence = retrieval.confidence
     state.model = "decline"
+    metrics.DECLINES.inc()
     meta = _meta(meta_base, retrieval.confidence, retrieval.level, retrieval.scope.event())
     _open(
         stream, meta, [s.event() for s in retrieval.related], notices + [(n.code, n.message) for n in retrieval.notices]
@@ -352,8 +399,12 @@ async def _answer(
             if isinstance(event, Token):
                 if first_token_ms is None:
                     first_token_ms = (time.perf_counter() - started) * 1000
+                    metrics.FIRST_TOKEN_SECONDS.observe(first_token_ms / 1000)
                 stream.add_token(event.text)
             elif isinstance(event, GenNotice):
+                if event.code in ("llm_retry", "offline_generator"):  # the generator says why: a failed attempt
+                    metrics.LLM_ERRORS.inc()
+                metrics.notice(event.code)
                 stream.publish("notice", {"code": event.code, "message": event.message})
             elif isinstance(event, Finished):
                 finish_reason = event.finish_reason

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from server import __version__, logs
@@ -81,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    """uvicorn with the app factory; SIGTERM drains first (app.Drain), then uvicorn's own shutdown runs."""
     import uvicorn
 
     if args.workers < 1:
@@ -95,17 +98,43 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(f"--book {args.book}: no such folder")
         # Worker processes read their settings from the environment, so the flag travels that way.
         os.environ["BOOK_PATH"] = str(book)
-    uvicorn.run(
-        "server.app:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_config=None,
-        proxy_headers=False,  # client addresses come from TRUSTED_PROXIES, not from uvicorn
-        timeout_graceful_shutdown=30,
-    )
+    with _metrics_dir(settings, args.workers):
+        uvicorn.run(
+            "server.app:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_config=None,
+            proxy_headers=False,  # client addresses come from TRUSTED_PROXIES, not from uvicorn
+            # Answers have had SHUTDOWN_GRACE_S by the time uvicorn shuts down (app.Drain): what is left is
+            # sending their last events and closing idle connections.
+            timeout_graceful_shutdown=SHUTDOWN_FLUSH_S,
+        )
     return 0
+
+
+SHUTDOWN_FLUSH_S = 5
+
+
+@contextlib.contextmanager
+def _metrics_dir(settings: Settings, workers: int) -> Iterator[None]:
+    """A fresh PROMETHEUS_MULTIPROC_DIR for this run: the operator's (emptied), or a temporary one for N workers.
+
+    prometheus-client reads the variable when a process imports it, so it must be set before the workers start.
+    """
+    from server import metrics
+
+    if settings.metrics_dir is not None:
+        metrics.prepare_dir(settings.metrics_dir)
+        yield
+        return
+    if workers == 1:
+        yield  # one process: its own registry, no files
+        return
+    with tempfile.TemporaryDirectory(prefix="textbook-metrics-") as path:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+        yield
 
 
 def _ingest(args: argparse.Namespace, settings: Settings) -> int:
@@ -122,7 +151,11 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     def progress(total: int) -> ingest.Progress:
         bar = tqdm(total=total, unit="chunk", desc="embedding", disable=total == 0 or not sys.stderr.isatty())
         bars.append(bar)
-        return bar.update
+
+        def advance(n: int) -> None:
+            bar.update(n)
+
+        return advance
 
     async def run() -> ingest.IngestReport:
         light = settings.replace(database_url=None, redis_url=None)

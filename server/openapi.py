@@ -26,7 +26,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         404: "Not found, or not yours",
         413: "Body over 64 KiB",
         429: "Rate limit or budget exceeded (Retry-After)",
-        503: "A dependency this route needs is down",
+        503: "A dependency this route needs is down, or the server is shutting down (Retry-After)",
     }
     return {str(s): {"description": reasons[s], "content": _json(_ERROR)} for s in statuses}
 
@@ -60,16 +60,29 @@ def document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
         },
         "paths": {
-            "/health": {"get": _op("Per-service health; 200 while the process can answer", _OBJECT, errors=())},
+            "/health": {
+                "get": {
+                    **_op("Per-service health; 200 while the process can answer", _OBJECT, errors=()),
+                    "responses": {
+                        "200": {"description": "ok or degraded", "content": _json(_OBJECT)},
+                        "503": {
+                            "description": "draining: shutting down, send questions elsewhere",
+                            "content": _json(_OBJECT),
+                        },
+                    },
+                }
+            },
             "/api/chat": {
                 "post": {
                     **_op(
-                        "Ask; the answer streams back as SSE in this response", None, errors=(400, 401, 404, 413, 429)
+                        "Ask; the answer streams back as SSE in this response",
+                        None,
+                        errors=(400, 401, 404, 413, 429, 503),
                     ),
                     "requestBody": _chat_body(),
                     "responses": {
                         "200": {"description": "SSE stream", "content": _SSE},
-                        **_errors(400, 401, 404, 413, 429),
+                        **_errors(400, 401, 404, 413, 429, 503),
                     },
                 }
             },
@@ -79,7 +92,7 @@ def document() -> dict[str, Any]:
                         "Ask; generation starts, read it from stream_url",
                         _OBJECT,
                         status=202,
-                        errors=(400, 401, 404, 413, 429),
+                        errors=(400, 401, 404, 413, 429, 503),
                     ),
                     "requestBody": _chat_body(),
                 }
@@ -145,6 +158,17 @@ def document() -> dict[str, Any]:
             "/api/modules": {"get": _op("Modules and chapters in the index", _OBJECT, errors=(429, 503))},
             "/api/faq": {"get": _op("The static FAQ", _OBJECT, errors=(429,))},
             "/openapi.json": {"get": _op("This document", _OBJECT, errors=())},
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics (text exposition format); not rate limited",
+                    "responses": {
+                        "200": {
+                            "description": "Every metric of this process, or of every worker with a multiprocess dir",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
         },
     }
 

@@ -86,6 +86,8 @@ class Settings:
     llm_max_connections: int = 1000
     log_level: str = "info"
     log_format: LogFormat = "json"
+    shutdown_grace_s: float = 20.0
+    metrics_dir: Path | None = None  # PROMETHEUS_MULTIPROC_DIR: every process of one server writes its metrics here
 
     @property
     def llm_enabled(self) -> bool:
@@ -131,6 +133,8 @@ class Settings:
             llm_max_connections=r.number("LLM_MAX_CONNECTIONS", int, cls.llm_max_connections, minimum=1),
             log_level=r.choice("LOG_LEVEL", _LOG_LEVELS, cls.log_level, lower=True),
             log_format=r.choice("LOG_FORMAT", ("json", "text"), cls.log_format, lower=True),  # type: ignore[arg-type]
+            shutdown_grace_s=r.number("SHUTDOWN_GRACE_S", float, cls.shutdown_grace_s, minimum=0),
+            metrics_dir=r.optional_path("PROMETHEUS_MULTIPROC_DIR"),
         )
         if "QDRANT_PATH" not in env and "DATA_DIR" in env:
             # An explicit DATA_DIR moves the embedded index with it unless QDRANT_PATH says otherwise.

@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from server import metrics
 from server.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -390,6 +391,7 @@ class Store:
                 )
             total += cur.rowcount
             if cur.rowcount < batch_size:
+                metrics.purged(total)
                 return total
 
     # -- helpers ----------------------------------------------------------------------------------
