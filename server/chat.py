@@ -98,7 +98,12 @@ async def start(
 
 def _log_question(request: ChatRequest, message_id: str) -> None:
     # The question itself is the reader's words: only at debug (DESIGN.md settings: LOG_LEVEL).
-    facts = {"message_id": message_id, "mode": request.mode, "module": request.module, "chars": len(request.question)}
+    facts = {
+        "message_id": message_id,
+        "mode": request.mode,
+        "module_filter": request.module,
+        "chars": len(request.question),
+    }
     log.info("question received", extra=facts)
     log.debug("question text", extra={**facts, "question": request.question, "selected_text": request.selected_text})
 

@@ -32,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         logs.configure(settings.log_level, "text" if args.command != "serve" else settings.log_format)
+        if settings.metrics_dir is not None:
+            # prometheus-client opens its files there as soon as a metric is defined (any command that counts).
+            settings.metrics_dir.mkdir(parents=True, exist_ok=True)
         result: int = args.run(args, settings)
         return result
     except (SettingsError, UsageError, AppError) as exc:
@@ -121,12 +124,13 @@ SHUTDOWN_FLUSH_S = 5
 def _metrics_dir(settings: Settings, workers: int) -> Iterator[None]:
     """A fresh PROMETHEUS_MULTIPROC_DIR for this run: the operator's (emptied), or a temporary one for N workers.
 
-    prometheus-client reads the variable when a process imports it, so it must be set before the workers start.
+    prometheus-client reads the variable when a process imports it, so it must be set before the workers start,
+    and this process must not import ``server.metrics`` before the old files are gone: it would write its own
+    into files this then unlinks.
     """
-    from server import metrics
-
     if settings.metrics_dir is not None:
-        metrics.prepare_dir(settings.metrics_dir)
+        for stale in settings.metrics_dir.glob("*.db"):  # an earlier run's files would be summed into this one's
+            stale.unlink(missing_ok=True)
         yield
         return
     if workers == 1:

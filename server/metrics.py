@@ -135,13 +135,6 @@ def render(multiproc_dir: Path | None) -> tuple[bytes, str]:
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
-def prepare_dir(path: Path) -> None:
-    """Make ``path`` an empty metrics directory: files of an earlier run would be summed into this one."""
-    path.mkdir(parents=True, exist_ok=True)
-    for stale in path.glob("*.db"):
-        stale.unlink(missing_ok=True)
-
-
 def mark_process_dead(pid: int, multiproc_dir: Path) -> None:
     """Drop a finished process's live gauges (its counters and histograms keep counting in the sum)."""
     _multiprocess.mark_process_dead(pid, str(multiproc_dir))  # type: ignore[no-untyped-call]

@@ -31,7 +31,8 @@ def test_every_route_of_the_app_is_in_the_document_and_nothing_else() -> None:
     served = {
         (route.path, method.lower())
         for route in app.routes
-        if isinstance(route, Route) and (route.path.startswith("/api/") or route.path in ("/health", "/metrics", "/openapi.json"))
+        if isinstance(route, Route)
+        and (route.path.startswith("/api/") or route.path in ("/health", "/metrics", "/openapi.json"))
         for method in (route.methods or ())
         if method != "HEAD"
     }
