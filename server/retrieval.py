@@ -10,18 +10,17 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import anyio
-import numpy as np
-import numpy.typing as npt
 
 from server import confidence, sparse
 from server.confidence import Calibration, Level
 from server.embeddings import Embedder
 from server.index import Hit, VectorIndex
+from server.local_search import Snapshot, searchable
 
 CANDIDATES = 10
 TOP_K = 5
@@ -32,7 +31,6 @@ _KEYWORD_WEIGHT = 0.2  # how much covering the question's keywords lifts a candi
 _DUPLICATE_OVERLAP = 0.6  # word-set overlap above which two chunks say the same thing
 _QUESTION_PENALTY = 0.1  # how much a passage of questions and answer options is pushed down
 _SELECTION_BOOST = 0.3
-_RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al. 2009)
 _EXCERPT_CHARS = 240
 
 Mode = Literal["textbook", "selection"]
@@ -98,7 +96,7 @@ class Retrieval:
     notices: tuple[Notice, ...] = ()
     related: tuple[Source, ...] = ()  # on a decline: the closest sections, to suggest
     timings_ms: dict[str, float] = field(default_factory=dict)
-    similarity: float = 0.0  # the raw weighted dense similarity, before calibration (for evaluation)
+    similarity: float = 0.0  # the raw evidence (weighted relevance x name factor) before calibration
     candidates: tuple[Source, ...] = ()  # the diversified top 5, kept even on a decline (for evaluation)
     unknown_terms: tuple[str, ...] = ()  # names in the question that the book never mentions
 
@@ -110,16 +108,16 @@ class Retrieval:
 class Retriever:
     """Embed, search (dense + keyword, fused), rerank and diversify, widen the scope, score confidence.
 
-    On an embedded index the search runs on an in-process copy of the collection (vectors, payloads and a
-    BM25 keyword index), refreshed whenever this process writes to the index: embedded Qdrant's hybrid query
-    costs 120-400 ms per question here, the copy under 2 ms. A Qdrant server answers the hybrid query itself.
+    On an embedded index the search runs on an in-process copy of the collection (``local_search.Snapshot``),
+    refreshed whenever this process writes to the index; a Qdrant server answers the same Prefetch + RRF query
+    itself (``VectorIndex.hybrid_search``). Everything after the search is shared by both paths.
     """
 
     def __init__(self, index: VectorIndex, embedder: Embedder, calibration: Calibration | None = None) -> None:
         self.index = index
         self.embedder = embedder
         self.calibration = calibration or confidence.CALIBRATIONS[embedder.name]
-        self._snapshot: _Snapshot | None = None
+        self._snapshot: Snapshot | None = None
         self._snapshot_lock = asyncio.Lock()
 
     async def retrieve(
@@ -226,12 +224,12 @@ class Retriever:
         hits = await self.index.hybrid_search(dense, sparse.query_vector(query.text), limit=CANDIDATES, module=module)
         return _rank(hits, ranking, None)
 
-    async def _current_snapshot(self) -> _Snapshot:
+    async def _current_snapshot(self) -> Snapshot:
         async with self._snapshot_lock:
             generation = self.index.generation
             if self._snapshot is None or self._snapshot.generation != generation:
                 points = await self.index.points()
-                self._snapshot = await anyio.to_thread.run_sync(_Snapshot, points, generation)
+                self._snapshot = await anyio.to_thread.run_sync(Snapshot, points, generation)
             return self._snapshot
 
     async def _unknown_names(self, query: _Query, ranked: Sequence[_Candidate]) -> tuple[str, ...]:
@@ -304,55 +302,7 @@ class _Query:
         self.names = tuple(sparse.names(text))
 
 
-class _Snapshot:
-    """An in-process copy of an embedded collection: unit vectors, payloads, module of each, keyword index."""
-
-    def __init__(self, points: Sequence[tuple[str, Sequence[float], Mapping[str, Any]]], generation: int) -> None:
-        self.generation = generation
-        self.ids = [point_id for point_id, _, _ in points]
-        self.payloads = [payload for _, _, payload in points]
-        matrix = np.array([vector for _, vector, _ in points], dtype=np.float32).reshape(len(points), -1)
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        self.vectors = matrix / np.where(norms == 0, 1.0, norms)
-        self.modules = np.array([str(p.get("module", "")) for p in self.payloads], dtype=object)
-        texts = [_searchable(p) for p in self.payloads]
-        self.keywords = sparse.KeywordIndex(texts)
-        self.terms = [frozenset(sparse.terms(t)) for t in texts]
-
-    def search(self, dense: Sequence[float], query_terms: Sequence[str], limit: int, module: str | None) -> list[Hit]:
-        """Reciprocal-rank fusion of the best ``2 * limit`` by cosine and by BM25, as Qdrant's Prefetch + RRF does."""
-        if not self.ids:
-            return []
-        query = np.asarray(dense, dtype=np.float32)
-        query = query / (float(np.linalg.norm(query)) or 1.0)
-        # einsum, not ``@``: a BLAS matrix-vector product wakes OpenBLAS's thread pool, whose spinning threads
-        # then slow the next ONNX embedding ~2x on 2 cores; einsum's own loop costs ~0.2 ms for 2k chunks.
-        cosines = np.einsum("ij,j->i", self.vectors, query)
-        keyword = self.keywords.scores(query_terms)
-        allowed = self.modules == module if module else np.ones(len(self.ids), dtype=bool)
-        fused: dict[int, float] = {}
-        for scores, positive_only in ((cosines, False), (keyword, True)):
-            masked = np.where(allowed & (scores > 0 if positive_only else True), scores, -np.inf)
-            best = _top(masked, limit * 2)
-            for rank, i in enumerate(best):
-                fused[i] = fused.get(i, 0.0) + 1.0 / (_RRF_K + rank + 1)
-        order = sorted(fused, key=lambda i: fused[i], reverse=True)[:limit]
-        return [
-            Hit(id=self.ids[i], fused_score=fused[i], dense_score=float(cosines[i]), payload=self.payloads[i])
-            for i in order
-        ]
-
-
-def _top(scores: npt.NDArray[np.float32], k: int) -> list[int]:
-    finite = int(np.isfinite(scores).sum())
-    k = min(k, finite)
-    if k == 0:
-        return []
-    best = np.argpartition(-scores, k - 1)[:k]
-    return [int(i) for i in best[np.argsort(-scores[best], kind="stable")]]
-
-
-def _rank(hits: Sequence[Hit], query: _Query, snapshot: _Snapshot | None) -> list[_Candidate]:
+def _rank(hits: Sequence[Hit], query: _Query, snapshot: Snapshot | None) -> list[_Candidate]:
     """Rerank: dense similarity leads; covering the question's keywords lifts a passage; a passage made of
     questions (a quiz, an exercise list) resembles the question without answering it, so it is pushed down."""
     index_of = {point_id: i for i, point_id in enumerate(snapshot.ids)} if snapshot else {}
@@ -362,7 +312,7 @@ def _rank(hits: Sequence[Hit], query: _Query, snapshot: _Snapshot | None) -> lis
         terms = (
             snapshot.terms[i]
             if snapshot is not None and i is not None
-            else frozenset(sparse.terms(_searchable(hit.payload)))
+            else frozenset(sparse.terms(searchable(hit.payload)))
         )
         coverage = len(query.keywords & terms) / len(query.keywords) if query.keywords else 0.0
         relevance = min(1.0, hit.dense_score + _KEYWORD_WEIGHT * coverage)
@@ -372,12 +322,6 @@ def _rank(hits: Sequence[Hit], query: _Query, snapshot: _Snapshot | None) -> lis
         candidates.append(_Candidate(hit=hit, rank_score=rank_score, relevance=relevance, terms=terms))
     candidates.sort(key=lambda c: c.rank_score, reverse=True)
     return candidates
-
-
-def _searchable(payload: Mapping[str, Any]) -> str:
-    """What the keyword side reads: the breadcrumb (module, headings) and the text, as ingestion embeds them."""
-    crumbs = [str(payload.get("module_title", "")), *(str(h) for h in payload.get("heading_path", ()))]
-    return " ".join(crumbs) + "\n" + str(payload.get("text", ""))
 
 
 @dataclass(frozen=True)
@@ -484,8 +428,11 @@ def _shingles(text: str) -> set[tuple[str, ...]]:
 
 
 def _held(selection: set[tuple[str, ...]], text: str) -> float:
-    """The share of the selection's word triples found in a chunk: 1.0 when the chunk holds all of it."""
-    return len(selection & _shingles(text)) / len(selection) if selection else 0.0
+    """How much of the selection a chunk holds, as a share of the word triples of whichever is shorter: 1.0 when
+    the chunk holds all of a short selection, and also when it lies wholly inside a selection spanning chunks."""
+    chunk = _shingles(text)
+    # A chunk of a few words would "lie wholly inside" almost any selection, so it counts as at least 10 triples.
+    return len(selection & chunk) / min(len(selection), max(len(chunk), 10)) if selection and chunk else 0.0
 
 
 _WORD = re.compile(r"\w+")

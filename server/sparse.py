@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 _K1 = 1.2
 _B = 0.75
+_DIGITS = 5  # sparse weights are stored rounded
 _AVERAGE_TERMS = 120.0  # typical chunk length in terms; document length normalisation is relative to it
 _NAME = re.compile(r"[A-Za-z0-9]+(?:[._\-/][A-Za-z0-9]+)*")
 _IDENTIFIER = re.compile(r"[a-z0-9]+(?:[._\-/:][a-z0-9]+)*")
@@ -86,19 +87,19 @@ class KeywordIndex:
             for term, weight in _bm25(terms(text)).items():
                 docs, weights = postings.setdefault(term, ([], []))
                 docs.append(number)
-                weights.append(weight)
+                weights.append(round(weight, _DIGITS))  # as stored in Qdrant (``_vector``), so near-ties break alike
         self.size = len(documents)
-        self._postings: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]] = {}
+        self._postings: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]] = {}
         for term, (docs, weights) in postings.items():
             idf = math.log(1 + (self.size - len(docs) + 0.5) / (len(docs) + 0.5))
-            self._postings[term] = (np.array(docs, dtype=np.int32), np.array(weights, dtype=np.float32) * idf)
+            self._postings[term] = (np.array(docs, dtype=np.int32), np.array(weights, dtype=np.float64) * idf)
 
     def __contains__(self, term: object) -> bool:
         return term in self._postings
 
-    def scores(self, query_terms: Sequence[str]) -> npt.NDArray[np.float32]:
+    def scores(self, query_terms: Sequence[str]) -> npt.NDArray[np.float64]:
         """BM25 score of every document for these terms (0 where none occurs)."""
-        result = np.zeros(self.size, dtype=np.float32)
+        result = np.zeros(self.size, dtype=np.float64)
         for term in dict.fromkeys(query_terms):
             posting = self._postings.get(term)
             if posting is not None:
@@ -119,7 +120,7 @@ def _vector(weights: dict[str, float]) -> Sparse:
         index = term_index(term)
         by_index[index] = by_index.get(index, 0.0) + weight
     ordered = sorted(by_index.items())
-    return Sparse(tuple(i for i, _ in ordered), tuple(round(v, 5) for _, v in ordered))
+    return Sparse(tuple(i for i, _ in ordered), tuple(round(v, _DIGITS) for _, v in ordered))
 
 
 @lru_cache(maxsize=65536)

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from server import ingest, sparse
+from server import evaluate, ingest, sparse
 from server.confidence import Calibration
 from server.index import VectorIndex
+from server.local_search import Snapshot
 from server.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt, question_share
 from server.services import open_services
 from server.settings import Settings
 from server.tokens import TokenCounter
-from tests.conftest import copy_index
+from tests.conftest import DEMO_BOOK, copy_index
 
 # WordEmbedder's similarities for a matching section sit around 0.35-0.6 (breadcrumbs and filler dilute them).
 SCALE = Calibration(decline=0.1, low=0.15, high=0.5)
@@ -225,6 +226,16 @@ async def test_selection_mode_cites_the_chunk_holding_the_selection_first(retrie
     assert result.sources[0].heading_path[-1] == "Stripes"
 
 
+async def test_a_selection_spanning_two_chunks_cites_both_even_below_the_citation_threshold(
+    small_index: VectorIndex,
+) -> None:
+    # So strict that no chunk is cited on similarity alone: only holding the selection gets a chunk cited.
+    strict = Retriever(small_index, WordEmbedder(), Calibration(decline=0.9, low=0.95, high=0.98))
+    selection = "\n\n".join(f"Gait {i}\n\nfootstep balance gait {' '.join(_filler(f'w{i}'))}." for i in (1, 2))
+    result = await strict.retrieve("Summarise this", selected_text=selection)
+    assert {s.heading_path[-1] for s in result.sources} == {"Gait 1", "Gait 2"}
+
+
 async def test_selection_mode_never_declines_even_when_the_book_has_nothing_similar(retriever: Retriever) -> None:
     result = await retriever.retrieve("Explain this", selected_text="Completely unrelated prose about cooking pasta.")
     assert result.mode == "selection" and not result.declined and result.level != "none"
@@ -268,6 +279,46 @@ async def test_a_qdrant_server_answers_the_hybrid_query_itself_with_the_same_ran
             local.scope.decision,
             local.unknown_terms,
         )
+
+
+async def test_the_in_process_search_fuses_as_qdrants_prefetch_and_rrf_query(demo_retriever: Retriever) -> None:
+    # The real MiniLM index of the demo book. Engines order exact score ties arbitrarily (Qdrant's local mode uses an
+    # unstable sort), so a tie can swap neighbours; anything beyond that is a real difference in the fusion.
+    index = demo_retriever.index
+    as_server = VectorIndex(index.client, collection=index.collection, timeout_s=30, server_mode=True)
+    snapshot = Snapshot(await index.points(), generation=0)
+    same_order = 0
+    cases = 0
+    for question in evaluate.load_questions(DEMO_BOOK / "questions.jsonl"):
+        for module in {None, question.module}:
+            dense = await demo_retriever.embedder.embed_query(question.question)
+            local = snapshot.search(dense, sparse.terms(question.question), 10, module)
+            remote = await as_server.hybrid_search(
+                dense, sparse.query_vector(question.question), limit=10, module=module
+            )
+            cases += 1
+            same_order += [h.id for h in local] == [h.id for h in remote]
+            assert local[0].id == remote[0].id, (question.id, module)
+            assert len({h.id for h in local} & {h.id for h in remote}) >= 9, (question.id, module)
+            cosines = {h.id: h.dense_score for h in remote}
+            assert all(h.dense_score == pytest.approx(cosines[h.id], abs=1e-4) for h in local if h.id in cosines)
+    assert cases >= 30 and same_order >= 0.9 * cases
+
+
+async def test_a_qdrant_server_path_retrieves_what_the_in_process_path_does_on_a_real_index(
+    demo_retriever: Retriever,
+) -> None:
+    index = demo_retriever.index
+    as_server = Retriever(
+        VectorIndex(index.client, collection=index.collection, timeout_s=30, server_mode=True), demo_retriever.embedder
+    )
+    for question in evaluate.load_questions(DEMO_BOOK / "questions.jsonl"):
+        module = question.module if question.kind == "module_filter" else None
+        local = await demo_retriever.retrieve(question.question, module=module, selected_text=question.selected_text)
+        remote = await as_server.retrieve(question.question, module=module, selected_text=question.selected_text)
+        assert remote.candidates[0].chunk_id == local.candidates[0].chunk_id, question.id
+        assert remote.confidence == pytest.approx(local.confidence, abs=0.02), question.id
+        assert (remote.level, remote.scope, remote.unknown_terms) == (local.level, local.scope, local.unknown_terms)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
