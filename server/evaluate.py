@@ -43,7 +43,7 @@ class Outcome:
     id: str
     kind: str
     confidence: float
-    similarity: float  # raw weighted dense similarity (before calibration)
+    similarity: float  # raw evidence before calibration (weighted relevance x name factor)
     level: str
     declined: bool
     rank: int | None  # 1-based rank of the first candidate from an expected file, None when absent from the top 5

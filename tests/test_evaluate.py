@@ -32,8 +32,11 @@ def _outcome(id: str, kind: str, *, similarity: float = 0.5, rank: int | None = 
     return Outcome(**values)  # type: ignore[arg-type]
 
 
-def test_both_shared_question_files_load_with_every_kind() -> None:
-    for path in (SHARED_BOOK / "questions.jsonl", DEMO_BOOK / "questions.jsonl"):
+HELDOUT = Path(__file__).parent / "data" / "heldout_questions.jsonl"  # our own questions on the shared book
+
+
+def test_the_shared_demo_and_held_out_question_files_load_with_every_kind() -> None:
+    for path in (SHARED_BOOK / "questions.jsonl", DEMO_BOOK / "questions.jsonl", HELDOUT):
         questions = evaluate.load_questions(path)
         assert {q.kind for q in questions} == set(evaluate.KINDS)
         assert all(q.expected_files for q in questions if q.kind in ("answerable", "module_filter"))
@@ -158,3 +161,12 @@ def test_eval_on_the_demo_book_prints_the_table_and_writes_json(
     # The targets, on the demo book's own question set (a second, independent set).
     assert figures["hit_at_5"] >= 0.9 and figures["mrr"] >= 0.75
     assert figures["out_of_scope_declined"] >= 0.9 and figures["wrongly_declined"] <= 0.05
+
+
+def test_held_out_questions_point_at_files_of_the_shared_book() -> None:
+    docs = SHARED_BOOK / "docs"
+    for question in evaluate.load_questions(HELDOUT):
+        for name in (*question.expected_files, *filter(None, [question.source_file])):
+            assert (docs / name).is_file(), (question.id, name)
+        if question.module:
+            assert (docs / question.module).is_dir(), question.id
