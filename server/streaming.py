@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -38,9 +38,7 @@ class Event:
     data: Mapping[str, Any]
 
     def sse(self, *, retry: int | None = None) -> ServerSentEvent:
-        return ServerSentEvent(
-            data=json.dumps(self.data, ensure_ascii=False), event=self.event, id=str(self.id), retry=retry
-        )
+        return ServerSentEvent(data=_json_line(self.data), event=self.event, id=str(self.id), retry=retry)
 
 
 @dataclass
@@ -98,7 +96,7 @@ class MessageStream:
         self.task.cancel()
         return True
 
-    async def subscribe(self, after: int = 0) -> AsyncIterator[Event]:
+    async def subscribe(self, after: int = 0) -> AsyncGenerator[Event, None]:
         """Events with id > ``after``: the stored ones at once, then live ones until the stream ends."""
         self._listeners += 1
         self._stop_grace()
@@ -262,8 +260,10 @@ class StreamRegistry:
             del self._streams[key]
 
 
-def response(events: AsyncIterator[Event], *, headers: Mapping[str, str] | None = None) -> EventSourceResponse:
-    """An SSE response over ``events``: pings every 15 s, no proxy buffering, a reconnect hint on the first event."""
+def response(
+    events: AsyncIterator[Event], *, headers: Mapping[str, str] | None = None, ping_s: float = PING_S
+) -> EventSourceResponse:
+    """An SSE response over ``events``: a ``: ping`` every ``ping_s``, no proxy buffering, a reconnect hint first."""
 
     async def body() -> AsyncIterator[ServerSentEvent]:
         first = True
@@ -273,7 +273,18 @@ def response(events: AsyncIterator[Event], *, headers: Mapping[str, str] | None 
 
     return EventSourceResponse(
         body(),
-        ping=PING_S,
+        ping=ping_s,
         send_timeout=SEND_TIMEOUT_S,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
+    )
+
+
+# JSON leaves these raw, and clients that split lines like str.splitlines (httpx's aiter_lines among them)
+# would read a line break there, letting text after it pose as a field: escape them as JSON does others.
+def _json_line(data: Mapping[str, Any]) -> str:
+    return (
+        json.dumps(data, ensure_ascii=False)
+        .replace("\u0085", "\\u0085")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
     )
