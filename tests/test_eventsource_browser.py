@@ -55,8 +55,9 @@ class CuttingProxy:
         async def to_server() -> None:
             while data := await client_reader.read(65536):
                 if data.startswith(b"GET /api/chat/messages/") and b"/stream" in data.split(b"\r\n", 1)[0]:
-                    current[0] = StreamRequest(last_event_id=_header(data, b"last-event-id"))
-                    self.streams.append(current[0])
+                    request = StreamRequest(last_event_id=_header(data, b"last-event-id"))
+                    self.streams.append(request)
+                    current[0] = request
                 else:
                     current[0] = None
                 server_writer.write(data)
