@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 access_log = logging.getLogger("server.access")
 
 MAX_BODY_BYTES = 64 * 1024
+_PERSIST_WAIT_S = 5.0  # after a drain, for answers that ended but are still being written to Postgres
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -163,8 +164,7 @@ class Drain:
         assert self.started_at is not None, "begin() first"
         deadline = self.started_at + self.grace_s
         seen: set[asyncio.Task[None]] = set()
-        running = [s.task for s in registry.live() if s.task is not None]
-        log.info("shutting down: no new questions; %d answer(s) in progress, up to %.0f s", len(running), self.grace_s)
+        log.info("shutting down: no new questions; %d answer(s) in progress", len(registry.live()))
         while True:
             running = [s.task for s in registry.live() if s.task is not None and not s.task.done()]
             seen.update(running)
@@ -190,9 +190,6 @@ class Drain:
         finally:
             if then is not None:
                 then()
-
-
-_PERSIST_WAIT_S = 5.0
 
 
 def _drain_on_sigterm(drain: Drain) -> Callable[[], None] | None:
