@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -23,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server import metrics
 from server.app import create_app
 from server.settings import Settings
-from tests.conftest import CLOSED_PORT_PG_URL, ROOT, copy_index
+from tests.conftest import CLOSED_PORT_PG_URL, ROOT, TEST_REDIS_URL, copy_index
 from tests.fake_openai import Behaviour, FakeOpenAI
 from tests.servers import serving
 from tests.sse_client import SSEEvent, events, of_type, read_all
@@ -286,3 +287,32 @@ async def test_with_a_shared_dir_the_server_sums_its_own_and_the_purge_jobs_metr
     assert after.value("textbook_purged_sessions_total") == 2 and after.value("textbook_purge_runs_total") == 1
     assert after.value("textbook_http_requests_total", route="/api/chat", method="POST", status="200") == 1
     assert after.value("textbook_answers_total") == 1
+
+
+async def test_two_workers_write_to_one_dir_and_any_of_them_reports_the_sum(tmp_path: Path) -> None:
+    shared = tmp_path / "metrics"
+    # Qdrant on a closed port: the workers start anyway (the FAQ answers), which is all this needs.
+    env = {
+        "REDIS_URL": TEST_REDIS_URL,
+        "QDRANT_URL": "http://127.0.0.1:1",
+        "QDRANT_TIMEOUT_S": "0.5",
+        "EMBEDDER": "local",
+        "DATA_DIR": str(tmp_path / "data"),
+        "RATE_LIMIT_READ": "10000/minute",
+        "PROMETHEUS_MULTIPROC_DIR": str(shared),
+    }
+    async with asyncio.timeout(120):
+        async with (
+            server_process(env, tmp_path / "server.log", "--workers", "2") as (process, url),
+            # A new connection per request, so the kernel spreads them over both workers.
+            httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_keepalive_connections=0)) as client,
+        ):
+            for _ in range(40):
+                assert (await client.get("/api/faq")).status_code == 200
+            totals = [(await scrape(client)).value("textbook_http_requests_total", route="/api/faq") for _ in range(4)]
+            writers = {path.stem.rsplit("_", 1)[1] for path in shared.glob("counter_*.db")}
+            process.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(process.wait, 30)
+    assert totals == [40] * 4  # the same sum whichever worker answers the scrape
+    assert len(writers) == 2
+    assert not list(shared.glob("gauge_live*.db"))  # each worker marked itself dead on the way out

@@ -148,13 +148,15 @@ def _free_port() -> int:
 
 
 @asynccontextmanager
-async def server_process(env: dict[str, str], log: Path) -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
+async def server_process(
+    env: dict[str, str], log: Path, *args: str
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
     """``python -m server serve`` on a free port, ready to answer, logging to ``log``; killed if still running."""
     port = _free_port()
     base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")}
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", "--port", str(port)],
+            [sys.executable, "-m", "server", "serve", "--port", str(port), *args],
             cwd=ROOT,
             env={**base, **env},
             stdout=subprocess.DEVNULL,
