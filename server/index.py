@@ -8,6 +8,7 @@ one fails clearly (``IndexMismatch``) instead of returning nonsense.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -76,19 +77,20 @@ def open_client(settings: Settings) -> AsyncQdrantClient:
             check_compatibility=False,  # the check is a network call at construction time
         )
     settings.qdrant_path.mkdir(parents=True, exist_ok=True)
-    try:
-        with warnings.catch_warnings():
-            # A refused opener leaves its lock file handle to the garbage collector.
-            warnings.simplefilter("ignore", ResourceWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
             return AsyncQdrantClient(path=str(settings.qdrant_path))
-    except RuntimeError as exc:
-        if "already accessed" not in str(exc):
-            raise
-        raise IndexLocked(
-            f"the embedded index at {settings.qdrant_path} is in use by another process (a running server?). "
-            "Stop it first, let the server ingest at start-up (serve --book PATH), or use a Qdrant server "
-            "(QDRANT_URL) for concurrent access."
-        ) from None
+        except RuntimeError as exc:
+            if "already accessed" not in str(exc):
+                raise
+        # The refused opener leaves its lock file open; collect it here, where its ResourceWarning is ignored.
+        gc.collect()
+    raise IndexLocked(
+        f"the embedded index at {settings.qdrant_path} is in use by another process (a running server?). "
+        "Stop it first, let the server ingest at start-up (serve --book PATH), or use a Qdrant server "
+        "(QDRANT_URL) for concurrent access."
+    )
 
 
 class VectorIndex:
@@ -98,6 +100,8 @@ class VectorIndex:
         self._timeout_s = timeout_s
         self._server_mode = server_mode
         self._modules: list[ModuleInfo] | None = None
+        self._expected: tuple[str, str, int] | None = None
+        self._verified = False
         self.generation = 0  # bumped on every write: in-process copies of the index (retrieval.py) watch it
 
     @classmethod
@@ -112,6 +116,11 @@ class VectorIndex:
     async def close(self) -> None:
         await self.client.close()
 
+    def expect_embedder(self, *, embedder: str, model: str, dim: int) -> None:
+        """Before the first query, check the collection was built by this embedder (else ``IndexMismatch``)."""
+        self._expected = (embedder, model, dim)
+        self._verified = False
+
     # -- schema -----------------------------------------------------------------------------------
 
     async def ensure_collection(self, *, embedder: str, model: str, dim: int, recreate: bool = False) -> bool:
@@ -120,6 +129,7 @@ class VectorIndex:
         if exists and recreate:
             await self.client.delete_collection(self.collection)
             exists = False
+        self._verified = False
         if exists:
             await self.check_embedder(embedder=embedder, model=model, dim=dim)
             return False
@@ -146,6 +156,13 @@ class VectorIndex:
                 f"The index was built with {built[0]}:{built[1]} ({built[2]} dimensions) but this server embeds "
                 f"with {embedder}:{model} ({dim} dimensions). Re-ingest the book: python -m server ingest PATH --force"
             )
+
+    async def _verify(self) -> None:
+        if self._expected is None or self._verified or not await self.exists():
+            return
+        embedder, model, dim = self._expected
+        await self.check_embedder(embedder=embedder, model=model, dim=dim)
+        self._verified = True
 
     async def exists(self) -> bool:
         return bool(await self._call(self.client.collection_exists(self.collection)))
@@ -183,6 +200,7 @@ class VectorIndex:
 
     async def points(self) -> list[tuple[str, list[float], dict[str, Any]]]:
         """Every point's id, dense vector and payload (retrieval's in-process copy of an embedded index)."""
+        await self._verify()
         points: list[tuple[str, list[float], dict[str, Any]]] = []
         offset: Any = None
         while True:
@@ -248,6 +266,7 @@ class VectorIndex:
         file_paths: Sequence[str] | None = None,
     ) -> list[Hit]:
         """Top ``limit`` by reciprocal-rank fusion of a dense and a keyword query, with dense cosines."""
+        await self._verify()
         conditions: list[models.Condition] = []
         if module:
             conditions.append(models.FieldCondition(key="module", match=models.MatchValue(value=module)))
@@ -277,7 +296,7 @@ class VectorIndex:
         hits = []
         for point in response.points:
             vector = point.vector[DENSE] if isinstance(point.vector, dict) else point.vector
-            cosine = sum(a * b for a, b in zip(dense, vector, strict=True)) if vector else 0.0  # type: ignore[arg-type]
+            cosine = sum(a * b for a, b in zip(dense, vector, strict=True)) if vector else 0.0
             hits.append(
                 Hit(id=str(point.id), fused_score=point.score, dense_score=float(cosine), payload=point.payload or {})
             )
@@ -287,6 +306,7 @@ class VectorIndex:
         """Whether any chunk holds one of these keyword terms (a sparse query only matches chunks that share a term)."""
         if not sparse.indices:
             return False
+        await self._verify()
         response = await self._call(
             self.client.query_points(
                 self.collection,

@@ -62,6 +62,7 @@ async def open_services(settings: Settings, *, retrieval: bool = False, chat: bo
             services.index = index
             embedder = create_embedder(settings)
             stack.push_async_callback(embedder.aclose)
+            index.expect_embedder(embedder=embedder.name, model=embedder.model, dim=embedder.dim)
             services.embedder = embedder
         if chat:
             services.chat = await _chat_service(settings, services, stack)
