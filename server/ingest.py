@@ -8,6 +8,7 @@ ones are deleted: an interrupted run leaves at worst both versions, which the ne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -22,7 +23,9 @@ from server.index import IndexedPoint, VectorIndex
 
 log = logging.getLogger(__name__)
 
-EMBED_BATCH = 64
+# Chunks per embedding call. Ingest hands them over shortest first, so each call's batches pad little
+# (embedding cost is in padded tokens); 128 keeps the progress bar moving every few seconds.
+EMBED_BATCH = 128
 Progress = Callable[[int], object]
 
 
@@ -37,6 +40,7 @@ class IngestReport:
     words: int
     skipped: tuple[chunking.Skipped, ...] = ()
     seconds: float = 0.0
+    parse_seconds: float = 0.0
     embed_seconds: float = 0.0
     dry_run: bool = False
 
@@ -88,6 +92,7 @@ async def run(
     """Bring the index in line with the book at ``path``; ``progress(total)`` returns an advance callback."""
     started = time.perf_counter()
     book = await asyncio.to_thread(read, path, embedder, base_url=base_url)
+    parse_seconds = time.perf_counter() - started
     existing: list[IndexedPoint] = []
     if not (dry_run and (force or not await index.exists())):
         if not dry_run:
@@ -113,6 +118,7 @@ async def run(
         words=sum(len(c.text.split()) for c in book.chunks),
         skipped=tuple(book.skipped),
         seconds=time.perf_counter() - started,
+        parse_seconds=parse_seconds,
         embed_seconds=embed_seconds,
         dry_run=dry_run,
     )
@@ -152,6 +158,7 @@ async def _embed_and_write(
 ) -> float:
     """Embed in batches while the previous batch is written (the embedder runs in a worker thread)."""
     embed_seconds = 0.0
+    chunks = sorted(chunks, key=lambda c: c.token_count)
     batches = [chunks[i : i + EMBED_BATCH] for i in range(0, len(chunks), EMBED_BATCH)]
 
     async def embed(batch: Sequence[Chunk]) -> tuple[list[list[float]], float]:
@@ -160,17 +167,24 @@ async def _embed_and_write(
         return vectors, time.perf_counter() - t0
 
     pending = asyncio.create_task(embed(batches[0])) if batches else None
-    for n, batch in enumerate(batches):
-        assert pending is not None
-        vectors, seconds = await pending
-        embed_seconds += seconds
-        pending = asyncio.create_task(embed(batches[n + 1])) if n + 1 < len(batches) else None
-        await index.upsert(
-            [c.chunk_id for c in batch],
-            vectors,
-            [sparse.document_vector(c.embedding_text) for c in batch],
-            [c.payload() for c in batch],
-        )
-        if advance:
-            advance(len(batch))
+    try:
+        for n, batch in enumerate(batches):
+            assert pending is not None
+            vectors, seconds = await pending
+            embed_seconds += seconds
+            pending = asyncio.create_task(embed(batches[n + 1])) if n + 1 < len(batches) else None
+            await index.upsert(
+                [c.chunk_id for c in batch],
+                vectors,
+                [sparse.document_vector(c.embedding_text) for c in batch],
+                [c.payload() for c in batch],
+            )
+            if advance:
+                advance(len(batch))
+    finally:
+        if pending is not None and not pending.done():
+            # Interrupted (Ctrl-C, a failed write): wait for the batch in flight rather than leave it running.
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending
     return embed_seconds

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,7 @@ class _Builder:
         for i in range(c.layers):
             p = f"encoder.layer.{i}."
             qkv = self.linear_qkv(x, p + "attention.self.")
-            q, k, v = self.op("Split", qkv, axis=-1, num_outputs=3, outputs=3)
+            q, k, v = self.node("Split", [qkv], [f"{p}{part}" for part in "qkv"], axis=-1, num_outputs=3)
             q = self.op("Transpose", self.op("Reshape", q, split_heads), perm=[0, 2, 1, 3])
             k = self.op("Transpose", self.op("Reshape", k, split_heads), perm=[0, 2, 3, 1])
             v = self.op("Transpose", self.op("Reshape", v, split_heads), perm=[0, 2, 1, 3])
@@ -195,17 +196,16 @@ class _Builder:
         model.ir_version = 8
         return model
 
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, name: str | None = None, **attrs: Any) -> Any:
+    def op(self, op_type: str, *inputs: str, name: str | None = None, **attrs: Any) -> str:
+        (output,) = self.node(op_type, inputs, [name or f"{op_type.lower()}_{self._n + 1}"], **attrs)
+        return output
+
+    def node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attrs: Any) -> tuple[str, ...]:
         from onnx import helper
 
         self._n += 1
-        names = (
-            [name or f"{op_type.lower()}_{self._n}"]
-            if outputs == 1
-            else [f"{op_type.lower()}_{self._n}_{j}" for j in range(outputs)]
-        )
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=f"n{self._n}_{op_type}", **attrs))
-        return names[0] if outputs == 1 else tuple(names)
+        self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=f"n{self._n}_{op_type}", **attrs))
+        return tuple(outputs)
 
     def const(self, name: str, value: np.ndarray[Any, Any]) -> str:
         from onnx import numpy_helper
