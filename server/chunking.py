@@ -187,20 +187,33 @@ def _make_chunks(
 
 
 def _units(section: Section, budget: int, count: TokenCounter) -> list[_Unit]:
-    """Blocks as packing units; a heading is glued to the block after it so it never ends a chunk."""
+    """Blocks as packing units; a heading, or a short lead-in ending in ":" before code or a table, is glued
+    to the block after it, so it never ends a chunk apart from what it introduces."""
     units: list[_Unit] = []
-    prefix = section.heading
-    for block in section.blocks:
-        if block.kind == "heading":
+    prefix, prefix_sep = section.heading, ""
+    for i, block in enumerate(section.blocks):
+        if block.kind == "heading" or _lead_in(block, section.blocks[i + 1 : i + 2], budget, count):
+            if not prefix:
+                prefix_sep = "\n\n" if block.gap else "\n"
             prefix = f"{prefix}\n\n{block.text}" if prefix else block.text
             continue
         prefix_tokens = count(prefix) + 1 if prefix else 0
         for n, (text, atomic, tokens) in enumerate(_split_block(block, max(budget - prefix_tokens, 1), count)):
-            if prefix:
-                text, tokens, prefix = f"{prefix}\n\n{text}", tokens + prefix_tokens, ""
             sep = ("\n\n" if block.gap else "\n") if n == 0 else ("\n" if block.kind == "text" else "\n\n")
+            if prefix:
+                text, tokens, sep, prefix = f"{prefix}\n\n{text}", tokens + prefix_tokens, prefix_sep or sep, ""
             units.append(_Unit(text, sep, atomic, tokens))
     return units
+
+
+def _lead_in(block: Block, following: list[Block], budget: int, count: TokenCounter) -> bool:
+    return (
+        block.kind == "text"
+        and bool(following)
+        and following[0].kind in ("fence", "table")
+        and block.text.rstrip().endswith(":")
+        and count(block.text) <= budget // 4
+    )
 
 
 def _split_block(block: Block, budget: int, count: TokenCounter) -> list[tuple[str, bool, int]]:
