@@ -1,0 +1,245 @@
+"""The two embedders: local MiniLM on onnxruntime (checked against a plain numpy BERT) and OpenAI (fake server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+
+from server import onnx_minilm
+from server.embeddings import LocalEmbedder, OpenAIEmbedder
+from server.errors import IndexMismatch, RetrievalUnavailable
+from server.index import VectorIndex
+from server.services import open_services
+from server.settings import Settings
+from tests.fake_openai import Behaviour, FakeOpenAI, embed
+from tests.servers import serving
+
+Array = npt.NDArray[np.float64]
+
+TEXTS = [
+    "ros2 topic echo /joint_states",
+    "A humanoid keeps its balance by moving its centre of mass over the support polygon.",
+    "Gazebo & Unity",
+    "PID control: the proportional term reacts to the current error, the integral term to its history, "
+    "and the derivative term to its trend. " * 12,  # longer than the 256 word pieces the model reads
+    "x",
+]
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> LocalEmbedder:
+    return LocalEmbedder(tmp_path_factory.mktemp("embedder-data"), batch_size=2)
+
+
+class NumpyMiniLM:
+    """BERT + mean pooling + L2 normalisation written out in numpy from the safetensors: the reference."""
+
+    def __init__(self) -> None:
+        folder = onnx_minilm.model_dir()
+        self.config = json.loads((folder / "config.json").read_text())
+        self.w = {key: value.astype(np.float64) for key, value in load_file(str(folder / "model.safetensors")).items()}
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=256)
+
+    def embed(self, text: str) -> Array:
+        ids = np.array(self.tokenizer.encode(text).ids)
+        w, eps = self.w, self.config["layer_norm_eps"]
+        x = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][: len(ids)]
+            + w["embeddings.token_type_embeddings.weight"][0]
+        )
+        x = self._layer_norm(x, "embeddings.LayerNorm", eps)
+        heads = self.config["num_attention_heads"]
+        for i in range(self.config["num_hidden_layers"]):
+            p = f"encoder.layer.{i}."
+            q = self._split(self._linear(x, p + "attention.self.query"), heads)
+            k = self._split(self._linear(x, p + "attention.self.key"), heads)
+            v = self._split(self._linear(x, p + "attention.self.value"), heads)
+            scores = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
+            probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            probs /= probs.sum(axis=-1, keepdims=True)
+            context = (probs @ v).transpose(1, 0, 2).reshape(len(ids), -1)
+            x = self._layer_norm(
+                self._linear(context, p + "attention.output.dense") + x, p + "attention.output.LayerNorm", eps
+            )
+            inner = self._linear(x, p + "intermediate.dense")
+            inner = 0.5 * inner * (1.0 + _erf(inner / math.sqrt(2.0)))
+            x = self._layer_norm(self._linear(inner, p + "output.dense") + x, p + "output.LayerNorm", eps)
+        mean: Array = x.mean(axis=0)
+        return mean / float(np.linalg.norm(mean))
+
+    def _linear(self, x: Array, prefix: str) -> Array:
+        return x @ self.w[prefix + ".weight"].T + self.w[prefix + ".bias"]
+
+    def _layer_norm(self, x: Array, prefix: str, eps: float) -> Array:
+        centred = x - x.mean(axis=-1, keepdims=True)
+        normed: Array = centred / np.sqrt((centred**2).mean(axis=-1, keepdims=True) + eps)
+        return normed * self.w[prefix + ".weight"] + self.w[prefix + ".bias"]
+
+    @staticmethod
+    def _split(x: Array, heads: int) -> Array:
+        return x.reshape(x.shape[0], heads, -1).transpose(1, 0, 2)
+
+
+def _erf(x: Array) -> Array:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)  # type: ignore[no-any-return]
+
+
+def test_local_embeddings_match_a_plain_numpy_forward_pass(embedder: LocalEmbedder) -> None:
+    reference = NumpyMiniLM()
+    vectors = embedder.embed(TEXTS)  # one call: short texts are padded next to long ones
+    for text, vector in zip(TEXTS, vectors, strict=True):
+        expected = reference.embed(text)
+        cosine = float(np.dot(vector, expected) / np.linalg.norm(vector))
+        assert cosine >= 0.9999, (text[:40], cosine)
+
+
+def test_local_embeddings_are_384_dimensional_unit_vectors(embedder: LocalEmbedder) -> None:
+    vectors = embedder.embed(TEXTS)
+    assert vectors.shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_embedding_in_batches_gives_the_same_vectors_as_one_text_at_a_time(embedder: LocalEmbedder) -> None:
+    together = embedder.embed(TEXTS)
+    alone = np.stack([embedder.embed([text])[0] for text in TEXTS])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+async def test_documents_are_embedded_off_the_event_loop(embedder: LocalEmbedder) -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        ticks_before = ticks
+        vectors = await embedder.embed_documents(TEXTS * 8)
+        assert ticks > ticks_before  # the loop kept running while the batch was embedded
+    finally:
+        task.cancel()
+    assert len(vectors) == len(TEXTS) * 8 and all(len(v) == 384 for v in vectors)
+
+
+async def test_a_query_against_a_collection_built_by_another_embedder_says_to_re_ingest(tmp_path: Path) -> None:
+    built = Settings.from_env({"DATA_DIR": str(tmp_path), "EMBEDDER": "local"})
+    index = VectorIndex.from_settings(built)
+    try:
+        await index.ensure_collection(embedder="openai", model="text-embedding-3-small", dim=1536)
+    finally:
+        await index.close()
+    async with open_services(built, retrieval=True) as services:
+        assert services.index is not None
+        with pytest.raises(IndexMismatch, match=r"openai:text-embedding-3-small \(1536 dimensions\).*Re-ingest"):
+            await services.index.points()
+
+
+async def test_a_collection_of_another_dimension_is_refused_before_ingesting_into_it(tmp_path: Path) -> None:
+    index = VectorIndex.from_settings(Settings.from_env({"DATA_DIR": str(tmp_path)}))
+    try:
+        await index.ensure_collection(embedder="local", model=onnx_minilm.MODEL_NAME, dim=384)
+        with pytest.raises(IndexMismatch, match="python -m server ingest PATH --force"):
+            await index.ensure_collection(embedder="local", model=onnx_minilm.MODEL_NAME, dim=768)
+        assert await index.ensure_collection(embedder="local", model=onnx_minilm.MODEL_NAME, dim=384) is False
+    finally:
+        await index.close()
+
+
+# -- OpenAI ---------------------------------------------------------------------------------------
+
+
+def openai_embedder(url: str, **options: Any) -> OpenAIEmbedder:
+    return OpenAIEmbedder(
+        api_key="sk-test", base_url=f"{url}/v1", model="text-embedding-3-small", timeout_s=5, **options
+    )
+
+
+async def test_openai_embeddings_come_back_in_input_order_in_batches_of_at_most_max_inputs() -> None:
+    fake = FakeOpenAI()
+    texts = [f"text number {i} about joint {i % 3}" for i in range(7)]
+    async with serving(fake.app()) as url:
+        client = openai_embedder(url, max_inputs=3)
+        try:
+            vectors = await client.embed_documents(texts)
+        finally:
+            await client.aclose()
+    assert [len(r["input"]) for r in fake.requests] == [3, 3, 1]
+    assert vectors == [embed(text, 1536) for text in texts]
+
+
+async def test_openai_requests_stay_under_the_per_request_token_limit() -> None:
+    fake = FakeOpenAI()
+    long_texts = [f"joint{i} " + "torque " * 9000 for i in range(31)]  # each truncated to 8,191 tokens
+    async with serving(fake.app()) as url:
+        client = openai_embedder(url)
+        try:
+            vectors = await client.embed_documents(long_texts)
+        finally:
+            await client.aclose()
+    sizes = [len(r["input"]) for r in fake.requests]
+    assert sizes == [30, 1]  # 31 x 8,191 tokens would exceed 250,000 in one request
+    assert all(client.counter.count(text) <= 8191 for r in fake.requests for text in r["input"])
+    assert len(vectors) == 31
+
+
+async def test_openai_rate_limits_and_server_errors_are_retried() -> None:
+    fake = FakeOpenAI().then(Behaviour(status=429, retry_after="0"), Behaviour(status=503))
+    async with serving(fake.app()) as url:
+        client = openai_embedder(url)
+        try:
+            vector = await client.embed_query("balance control")
+        finally:
+            await client.aclose()
+    assert len(fake.requests) == 3
+    assert vector == embed("balance control", 1536)
+
+
+async def test_a_stalled_openai_request_times_out_and_is_retried() -> None:
+    fake = FakeOpenAI().then(Behaviour(stall_s=3.0))
+    async with serving(fake.app()) as url:
+        client = OpenAIEmbedder(api_key="sk-test", base_url=f"{url}/v1", model="text-embedding-3-small", timeout_s=0.3)
+        try:
+            vector = await client.embed_query("balance control")
+        finally:
+            await client.aclose()
+    assert len(fake.requests) == 2
+    assert vector == embed("balance control", 1536)
+
+
+async def test_openai_gives_up_after_its_retries_with_retrieval_unavailable() -> None:
+    fake = FakeOpenAI(default=Behaviour(status=429, retry_after="0"))
+    async with serving(fake.app()) as url:
+        client = openai_embedder(url)
+        try:
+            with pytest.raises(RetrievalUnavailable):
+                await client.embed_query("balance control")
+        finally:
+            await client.aclose()
+    assert len(fake.requests) == 4  # the first try and three retries
+
+
+async def test_an_openai_client_error_is_not_retried() -> None:
+    fake = FakeOpenAI(default=Behaviour(status=400))
+    async with serving(fake.app()) as url:
+        client = openai_embedder(url)
+        try:
+            with pytest.raises(RetrievalUnavailable):
+                await client.embed_query("balance control")
+        finally:
+            await client.aclose()
+    assert len(fake.requests) == 1
