@@ -171,6 +171,17 @@ async def test_a_question_naming_something_the_book_never_mentions_is_declined(r
     assert named_and_known.unknown_terms == () and not named_and_known.declined
 
 
+@pytest.mark.parametrize(
+    ("question", "level"),
+    [("footstep balance gait", "high"), ("camera", "medium"), ("What should I cook for dinner tonight?", "none")],
+)
+async def test_confidence_levels_follow_the_evidence(retriever: Retriever, question: str, level: str) -> None:
+    result = await retriever.retrieve(question)
+    assert result.level == level
+    assert bool(result.sources) == (level != "none")
+    assert "low_confidence" not in [n.code for n in result.notices]
+
+
 async def test_weak_evidence_answers_with_a_low_confidence_notice(small_index: VectorIndex) -> None:
     lenient = Retriever(small_index, WordEmbedder(), Calibration(decline=0.05, low=0.6, high=0.9))
     result = await lenient.retrieve("zebra stripes")
