@@ -55,6 +55,7 @@ class MessageStream:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _pending_tokens: list[str] = field(default_factory=list)
     _flush_handle: asyncio.TimerHandle | None = None
+    _quiet_until: float = 0.0  # loop time until which new tokens wait to be coalesced
     _grace_handle: asyncio.TimerHandle | None = None
     _cancel_reason: str | None = None
     on_event: Callable[[str, Event], None] | None = None  # mirrors every event (relay.py, with Redis)
@@ -81,12 +82,17 @@ class MessageStream:
         return self._append(event, data)
 
     def add_token(self, text: str) -> None:
-        """Queue model output; it goes out as one ``token`` event per COALESCE_S window."""
+        """Queue model output: at most one ``token`` event per COALESCE_S; a token after a quiet spell goes at once."""
         if not text or self.finished:
             return
         self._pending_tokens.append(text)
-        if self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_later(COALESCE_S, self._flush_tokens)
+        if self._flush_handle is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._quiet_until:
+            self._flush_tokens()  # the first token above all: waiting for company would only delay it
+        else:
+            self._flush_handle = loop.call_at(self._quiet_until, self._flush_tokens)
 
     def cancel(self, reason: str) -> bool:
         """Stop generation now; False when it had already ended."""
@@ -142,6 +148,7 @@ class MessageStream:
         if self._pending_tokens and not self.finished:
             text = "".join(self._pending_tokens)
             self._pending_tokens.clear()
+            self._quiet_until = asyncio.get_running_loop().time() + COALESCE_S
             self._append("token", {"text": text})
 
     def _start_grace(self) -> None:

@@ -109,22 +109,33 @@ async def test_a_subscriber_resumes_right_after_its_last_event_id() -> None:
 # -- coalescing ---------------------------------------------------------------------------------------
 
 
-async def test_tokens_within_one_window_go_out_as_one_event_and_lose_nothing() -> None:
+async def test_the_first_token_goes_out_at_once_and_the_rest_of_a_burst_as_one_event() -> None:
     stream = MessageStream("m1", grace_s=0)
     pieces = [f" t{i}" for i in range(50)]
     for piece in pieces:
         stream.add_token(piece)  # a fast model: all of them inside one coalescing window
-    assert [e.event for e in stream.events] == []  # nothing written per token
+    assert [e.data["text"] for e in stream.events] == [" t0"]  # no wait for the reader's first token
     await asyncio.sleep(streaming.COALESCE_S * 3)
-    tokens = [e for e in stream.events if e.event == "token"]
-    assert len(tokens) == 1 and tokens[0].data["text"] == "".join(pieces)
+    assert [e.data["text"] for e in stream.events] == [" t0", "".join(pieces[1:])]  # not one write per token
+
+
+async def test_tokens_spaced_wider_than_the_window_each_go_out_at_once() -> None:
+    stream = MessageStream("m1", grace_s=0)
+    for piece in ("a", "b", "c"):
+        stream.add_token(piece)
+        assert stream.events[-1].data == {"text": piece}
+        await asyncio.sleep(streaming.COALESCE_S * 2)  # a paced model, slower than the window
 
 
 async def test_a_terminal_event_flushes_tokens_still_being_coalesced() -> None:
     stream = MessageStream("m1", grace_s=0)
+    stream.add_token("first ")
     stream.add_token("last words")
     finish(stream)
-    assert [(e.event, dict(e.data)) for e in stream.events][0] == ("token", {"text": "last words"})
+    assert [(e.event, dict(e.data)) for e in stream.events[:2]] == [
+        ("token", {"text": "first "}),
+        ("token", {"text": "last words"}),
+    ]
     assert stream.events[-1].event == "done"
 
 
