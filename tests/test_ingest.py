@@ -1,0 +1,286 @@
+"""Incremental ingestion into the embedded index: skip unchanged chunks, replace changed ones, drop deleted files.
+
+Incremental cases run on a small copy of the demo book in tmp_path; the shared real book is ingested once
+per session (``shared_index_dir``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server import ingest
+from server.app import create_app
+from server.chunking import read_book
+from server.embeddings import LocalEmbedder
+from server.index import IndexLocked, VectorIndex
+from server.settings import Settings
+from server.tokens import local_counter
+from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK, copy_index
+from tests.servers import serving
+
+BASE = "http://localhost:3000"
+
+
+class RecordingEmbedder:
+    """The real local embedder, remembering every text it was asked to embed."""
+
+    def __init__(self, inner: LocalEmbedder) -> None:
+        self.inner = inner
+        self.name, self.model, self.dim = inner.name, inner.model, inner.dim
+        self.counter, self.chunk_tokens, self.chunk_overlap = inner.counter, inner.chunk_tokens, inner.chunk_overlap
+        self.embedded: list[str] = []
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embedded.extend(texts)
+        return await self.inner.embed_documents(texts)
+
+    async def embed_query(self, text: str) -> list[float]:
+        return await self.inner.embed_query(text)
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def local_embedder(tmp_path_factory: pytest.TempPathFactory) -> LocalEmbedder:
+    return LocalEmbedder(tmp_path_factory.mktemp("ingest-models"))
+
+
+@pytest.fixture
+def embedder(local_embedder: LocalEmbedder) -> RecordingEmbedder:
+    return RecordingEmbedder(local_embedder)
+
+
+@pytest.fixture
+def book(tmp_path: Path) -> Path:
+    """A small book: the demo book's intro and first module."""
+    docs = tmp_path / "book" / "docs"
+    docs.mkdir(parents=True)
+    shutil.copy(DEMO_BOOK / "docs" / "intro.md", docs / "intro.md")
+    shutil.copytree(DEMO_BOOK / "docs" / "01-foundations", docs / "01-foundations")
+    return tmp_path / "book"
+
+
+@pytest.fixture
+async def index(tmp_path: Path) -> AsyncIterator[VectorIndex]:
+    vector_index = VectorIndex.from_settings(Settings.from_env({"QDRANT_PATH": str(tmp_path / "qdrant")}))
+    yield vector_index
+    await vector_index.close()
+
+
+def chunk_ids(book: Path) -> dict[str, str]:
+    """chunk id -> file path, as the book reads now."""
+    counter = local_counter()
+    chunks = read_book(
+        book / "docs",
+        base_url=BASE,
+        count_tokens=counter.count,
+        max_tokens=LocalEmbedder.chunk_tokens,
+        overlap_tokens=LocalEmbedder.chunk_overlap,
+    ).chunks
+    return {c.chunk_id: c.file_path for c in chunks}
+
+
+async def indexed(index: VectorIndex) -> dict[str, str]:
+    return {p.id: p.file_path for p in await index.indexed_points()}
+
+
+async def run(book: Path, index: VectorIndex, embedder: RecordingEmbedder, **options: object) -> ingest.IngestReport:
+    embedder.embedded.clear()
+    return await ingest.run(book, index, embedder, base_url=BASE, **options)  # type: ignore[arg-type]
+
+
+def edit_one_paragraph(book: Path) -> Path:
+    path = book / "docs" / "01-foundations" / "01-embodied-intelligence.md"
+    text = path.read_text()
+    paragraph = next(p for p in text.split("\n\n") if p.startswith("An actuator converts stored energy"))
+    path.write_text(text.replace(paragraph, paragraph + " Gear ratios trade speed for torque."))
+    return path
+
+
+async def test_a_first_ingest_indexes_every_chunk_of_the_book(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+) -> None:
+    report = await run(book, index, embedder)
+    expected = chunk_ids(book)
+    assert await indexed(index) == expected
+    assert (report.new, report.updated, report.deleted, report.unchanged) == (len(expected), 0, 0, 0)
+    assert len(embedder.embedded) == len(expected)
+    assert report.summary().startswith(f"{len(expected)} new, 0 updated, 0 deleted, 0 unchanged")
+
+
+async def test_re_ingesting_an_unchanged_book_embeds_nothing(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+) -> None:
+    await run(book, index, embedder)
+    before = await indexed(index)
+    report = await run(book, index, embedder)
+    assert embedder.embedded == []
+    assert (report.new, report.updated, report.deleted, report.unchanged) == (0, 0, 0, len(before))
+    assert await indexed(index) == before
+
+
+async def test_editing_one_file_re_embeds_only_its_changed_chunks(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+) -> None:
+    await run(book, index, embedder)
+    before = await indexed(index)
+    edited = edit_one_paragraph(book)
+    after = chunk_ids(book)
+    changed = set(after) - set(before)
+    assert changed and {after[i] for i in changed} == {edited.relative_to(book / "docs").as_posix()}
+
+    report = await run(book, index, embedder)
+    assert len(embedder.embedded) == len(changed) < len([f for f in after.values() if f == after[next(iter(changed))]])
+    assert any("Gear ratios trade speed for torque." in text for text in embedder.embedded)
+    assert report.updated == len(changed) and report.new == report.deleted == 0
+    assert await indexed(index) == after
+
+
+async def test_deleting_a_file_removes_its_points(book: Path, index: VectorIndex, embedder: RecordingEmbedder) -> None:
+    await run(book, index, embedder)
+    gone = book / "docs" / "01-foundations" / "02-kinematics-balance-control.md"
+    gone_chunks = sum(
+        1 for f in (await indexed(index)).values() if f == "01-foundations/02-kinematics-balance-control.md"
+    )
+    gone.unlink()
+    report = await run(book, index, embedder)
+    assert embedder.embedded == []
+    assert report.deleted == gone_chunks > 0
+    assert await indexed(index) == chunk_ids(book)
+    assert "01-foundations/02-kinematics-balance-control.md" not in set((await indexed(index)).values())
+
+
+async def test_a_dry_run_reports_changes_and_writes_nothing(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+) -> None:
+    report = await run(book, index, embedder, dry_run=True)
+    assert report.new == len(chunk_ids(book)) and report.dry_run
+    assert embedder.embedded == [] and not await index.exists()
+
+    await run(book, index, embedder)
+    before = await indexed(index)
+    edit_one_paragraph(book)
+    (book / "docs" / "intro.md").unlink()
+    report = await run(book, index, embedder, dry_run=True)
+    assert report.updated > 0 and report.deleted > 0
+    assert report.summary().startswith("dry run: ")
+    assert embedder.embedded == []
+    assert await indexed(index) == before
+
+
+async def test_an_interrupted_ingest_followed_by_a_rerun_leaves_a_consistent_index(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await run(book, index, embedder)
+    edit_one_paragraph(book)
+    (book / "docs" / "intro.md").unlink()
+    shutil.copy(DEMO_BOOK / "docs" / "02-ros2" / "01-nodes-and-topics.md", book / "docs" / "01-foundations")
+    monkeypatch.setattr(ingest, "EMBED_BATCH", 4)  # several batches, so the crash lands between two of them
+
+    def crash_after_first_batch(total: int) -> ingest.Progress:
+        def advance(done: int) -> None:
+            raise KeyboardInterrupt  # what Ctrl-C does between two batches
+
+        return advance
+
+    with pytest.raises(KeyboardInterrupt):
+        await run(book, index, embedder, progress=crash_after_first_batch)
+    half_done = await indexed(index)
+    assert half_done != chunk_ids(book)
+
+    report = await run(book, index, embedder)
+    assert await indexed(index) == chunk_ids(book)
+    assert await index.count() == len(chunk_ids(book))
+    assert len(embedder.embedded) == report.new + report.updated
+    # What was written before the crash is not embedded again.
+    assert len(embedder.embedded) == len(set(chunk_ids(book)) - set(half_done))
+
+
+async def test_force_rebuilds_the_collection_from_scratch(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+) -> None:
+    await run(book, index, embedder)
+    report = await run(book, index, embedder, force=True)
+    assert report.new == len(chunk_ids(book)) == len(embedder.embedded)
+    assert await indexed(index) == chunk_ids(book)
+
+
+async def test_a_second_opener_of_the_embedded_index_is_refused(tmp_path: Path, book: Path) -> None:
+    settings = Settings.from_env({"QDRANT_PATH": str(tmp_path / "held")})
+    holder = VectorIndex.from_settings(settings)
+    try:
+        with pytest.raises(IndexLocked, match="in use by another process"):
+            VectorIndex.from_settings(settings)
+        env = {**os.environ, "QDRANT_PATH": str(tmp_path / "held"), "DATA_DIR": str(tmp_path / "data")}
+        done = subprocess.run(
+            [sys.executable, "-m", "server", "ingest", str(book)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        await holder.close()
+    assert done.returncode == 2
+    assert "in use by another process" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+# -- the shared real book -------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def shared_book_api(shared_index_dir: Path, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    data_dir = copy_index(shared_index_dir, tmp_path / "data")
+    app = create_app(Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_FORMAT": "text"}))
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        yield client
+
+
+@pytest.mark.slow
+async def test_the_shared_book_is_indexed_whole(shared_index_dir: Path, tmp_path: Path) -> None:
+    data_dir = copy_index(shared_index_dir, tmp_path / "data")
+    vector_index = VectorIndex.from_settings(Settings.from_env({"DATA_DIR": str(data_dir)}))
+    try:
+        points = await indexed(vector_index)
+    finally:
+        await vector_index.close()
+    assert points == chunk_ids(SHARED_BOOK)
+
+
+@pytest.mark.slow
+async def test_api_modules_lists_modules_and_chapters_with_titles_and_urls(shared_book_api: httpx.AsyncClient) -> None:
+    response = await shared_book_api.get("/api/modules")
+    assert response.status_code == 200
+    modules = response.json()["modules"]
+    assert [m["id"] for m in modules] == [
+        "intro",
+        "module-1-physical-ai-foundations",
+        "module-2-ros-2-fundamentals",
+        "module-3-digital-twin-simulation",
+        "module-4-ai-robot-brain",
+        "appendices",
+        "capstone-the-autonomous-humanoid",
+    ]
+    by_id = {m["id"]: m for m in modules}
+    ros = by_id["module-2-ros-2-fundamentals"]
+    assert ros["title"] == "Module 2: ROS 2 Fundamentals"
+    assert len(ros["chapters"]) == 10
+    assert all(c["title"] and c["url"].startswith(f"{BASE}/docs/module-2-ros-2-fundamentals/") for c in ros["chapters"])
+    assert ros["url"] == ros["chapters"][0]["url"]
+    capstone = by_id["capstone-the-autonomous-humanoid"]
+    assert {c["id"] for c in capstone["chapters"]} >= {"capstone-the-autonomous-humanoid/capstone-intro"}
+    assert by_id["intro"]["chapters"] == [
+        {"id": "intro", "title": "Introduction to Humanoid Robotics", "url": f"{BASE}/docs/intro"}
+    ]
