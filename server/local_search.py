@@ -27,6 +27,7 @@ class Snapshot:
     def __init__(self, points: Sequence[tuple[str, Sequence[float], Mapping[str, Any]]], generation: int) -> None:
         self.generation = generation
         self.ids = [point_id for point_id, _, _ in points]
+        self.position = {point_id: i for i, point_id in enumerate(self.ids)}
         self.payloads = [payload for _, _, payload in points]
         matrix = np.array([vector for _, vector, _ in points], dtype=np.float32).reshape(len(points), -1)
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)

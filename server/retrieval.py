@@ -305,7 +305,7 @@ class _Query:
 def _rank(hits: Sequence[Hit], query: _Query, snapshot: Snapshot | None) -> list[_Candidate]:
     """Rerank: dense similarity leads; covering the question's keywords lifts a passage; a passage made of
     questions (a quiz, an exercise list) resembles the question without answering it, so it is pushed down."""
-    index_of = {point_id: i for i, point_id in enumerate(snapshot.ids)} if snapshot else {}
+    index_of = snapshot.position if snapshot else {}
     candidates = []
     for position, hit in enumerate(hits):
         i = index_of.get(hit.id)
