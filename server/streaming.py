@@ -9,6 +9,7 @@ every payload is one ``json.dumps`` line, so nothing the model or the book says 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -38,7 +39,12 @@ class Event:
     data: Mapping[str, Any]
 
     def sse(self, *, retry: int | None = None) -> ServerSentEvent:
-        return ServerSentEvent(data=_json_line(self.data), event=self.event, id=str(self.id), retry=retry)
+        return ServerSentEvent(data=self.json_line, event=self.event, id=str(self.id), retry=retry)
+
+    @functools.cached_property
+    def json_line(self) -> str:
+        """The payload, encoded once however many readers the event goes to."""
+        return _json_line(self.data)
 
 
 @dataclass
