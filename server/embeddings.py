@@ -13,10 +13,10 @@ import os
 import random
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-import anyio
 import numpy as np
 import numpy.typing as npt
 
@@ -79,7 +79,7 @@ class LocalEmbedder:
         self._batch_size = batch_size
         self._session: Any = None
         self._tokenizer: Any = None
-        self._limiter = anyio.CapacityLimiter(1)  # one inference at a time; onnxruntime itself uses every core
+        self._executor: ThreadPoolExecutor | None = None  # one inference at a time; onnxruntime uses every core
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
         self._cache_size = query_cache_size
 
@@ -112,7 +112,11 @@ class LocalEmbedder:
     async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        vectors = await anyio.to_thread.run_sync(self.embed, list(texts), limiter=self._limiter)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minilm")
+        # run_in_executor hands the batch to the thread in this very step (anyio's to_thread first yields
+        # twice), so a caller that schedules it and then blocks the loop (an embedded-Qdrant write) overlaps.
+        vectors = await asyncio.get_running_loop().run_in_executor(self._executor, self.embed, list(texts))
         return vectors.tolist()  # type: ignore[no-any-return]
 
     async def embed_query(self, text: str) -> list[float]:
@@ -127,6 +131,9 @@ class LocalEmbedder:
         return vector
 
     async def aclose(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
         self._session = None
 
     def _load(self) -> None:

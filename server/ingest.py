@@ -173,6 +173,9 @@ async def _embed_and_write(
             vectors, seconds = await pending
             embed_seconds += seconds
             pending = asyncio.create_task(embed(batches[n + 1])) if n + 1 < len(batches) else None
+            # Let the next batch reach the embedder's thread first: an embedded-Qdrant write below runs
+            # synchronously on the loop (sqlite commits), so without this the two would take turns.
+            await asyncio.sleep(0)
             await index.upsert(
                 [c.chunk_id for c in batch],
                 vectors,
