@@ -55,10 +55,11 @@ else
   echo "setup: npm not found; the chat panel is not built (the server shows the book without it)"
 fi
 
-# The browser tests drive Debian's chromium (Playwright cannot download its own browsers here).
-if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
-  echo "setup: installing chromium for the browser tests (apt-get)"
+# The browser tests drive Debian's chromium (Playwright cannot download its own browsers here), and
+# tests/test_deploy.py runs deploy/nginx.conf with Debian's nginx (as its own process; the package's service is not used).
+if { [ ! -x /usr/bin/chromium ] || [ ! -x /usr/sbin/nginx ]; } && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium and nginx for the browser and deploy tests (apt-get)"
   as_root=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && as_root="sudo"
-  { $as_root apt-get update -qq && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
-    echo "setup: chromium could not be installed; the browser tests will be skipped and say why"
+  { $as_root apt-get update -qq && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium nginx >/dev/null; } ||
+    echo "setup: chromium/nginx could not be installed; the browser and deploy tests will be skipped and say why"
 fi

@@ -22,9 +22,10 @@ from server.capabilities import Capabilities
 from server.errors import DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
 from server.faq import Faq
 from server.generation import Finished, GenerationRequest, Generator, GenNotice, Token, Turn, Usage, cited_numbers
+from server.relay import STALL_LIMIT_S
 from server.retrieval import Retrieval, Retriever, Source
 from server.schemas import ChatRequest
-from server.store import Citation, Completion, Exchange, Store
+from server.store import Citation, Completion, Exchange, MessageRow, Store
 from server.streaming import Event, MessageStream, StreamRegistry
 
 log = logging.getLogger(__name__)
@@ -113,8 +114,13 @@ async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> As
     live = await chat.registry.events(str(message_id), after)
     if live is not None:
         return live
-    stored = await _stored_events(chat, message_id)
-    return None if stored is None else _iterate([e for e in stored if e.id > after])
+    message = await _stored_message(chat, message_id)
+    if message is None:
+        return None
+    if chat.registry.relay is not None and _may_be_starting(message):
+        return chat.registry.relay.read(str(message_id), after)
+    stored = replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))
+    return _iterate([e for e in stored if e.id > after])
 
 
 async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, bool] | None:
@@ -122,17 +128,30 @@ async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, boo
     live = await chat.registry.last_event(str(message_id))
     if live is not None:
         return live
-    stored = await _stored_events(chat, message_id)
-    return None if stored is None else (len(stored), True)
+    message = await _stored_message(chat, message_id)
+    if message is None:
+        return None
+    if chat.registry.relay is not None and _may_be_starting(message):
+        return 0, False
+    return len(replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))), True
 
 
-async def _stored_events(chat: ChatService, message_id: uuid.UUID) -> list[Event] | None:
+async def _stored_message(chat: ChatService, message_id: uuid.UUID) -> MessageRow | None:
     if chat.store is None:
         return None
     message = await chat.store.get_message(message_id)
-    if message is None or message.role != "assistant":
-        return None
-    return replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))
+    return message if message is not None and message.role == "assistant" else None
+
+
+def _may_be_starting(message: MessageRow) -> bool:
+    """A fresh ``streaming`` answer that Redis does not know yet: its worker has not mirrored an event so far.
+
+    A browser opens the stream right after the 202, and a load balancer may send it to another worker
+    than the one generating; that reader waits in Redis (relay.py gives up after ``STALL_LIMIT_S``)
+    instead of being told the answer was lost.
+    """
+    age = datetime.now(UTC) - message.created_at
+    return message.status == "streaming" and age < timedelta(seconds=STALL_LIMIT_S)
 
 
 async def _iterate(items: list[Event]) -> AsyncIterator[Event]:
