@@ -505,4 +505,27 @@ async def _persist(store: Store, exchange: Exchange, stream: MessageStream, stat
     try:
         await store.finish_message(exchange.assistant_message_id, completion)
     except DatabaseUnavailable:
-        log.warning("answer not stored: database unavailable")
+        # The reader has the answer; keep it for their history too (tests/test_drills.py kills Postgres mid-answer).
+        log.warning("answer not stored yet: database unavailable; retrying for %.0f s", STORE_RETRY_S)
+        task = asyncio.create_task(_store_later(store, exchange.assistant_message_id, completion))
+        _pending_writes.add(task)
+        task.add_done_callback(_pending_writes.discard)
+
+
+STORE_RETRY_S = 300.0  # how long an answer waits for Postgres to come back before it is given up
+_pending_writes: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
+
+
+async def _store_later(store: Store, message_id: uuid.UUID, completion: Completion) -> None:
+    deadline = time.monotonic() + STORE_RETRY_S
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        try:
+            await store.finish_message(message_id, completion)
+        except DatabaseUnavailable:
+            continue
+        log.info("answer stored after the database came back", extra={"message_id": str(message_id)})
+        return
+    log.error(
+        "answer not stored: database unavailable for %.0f s", STORE_RETRY_S, extra={"message_id": str(message_id)}
+    )

@@ -125,19 +125,28 @@ class RedisRelay:
             while not self._queue.empty() and len(batch) < 500:
                 batch.append(self._queue.get_nowait())
             try:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for message_id, event in batch:
-                        key = events_key(message_id)
-                        fields: dict[Any, Any] = {"e": event.event, "d": json.dumps(event.data, ensure_ascii=False)}
-                        pipe.xadd(key, fields, id=f"0-{event.id}")
-                        pipe.pexpire(key, self.ttl_ms)
-                    await pipe.execute(raise_on_error=False)
+                try:
+                    await self._write(batch)
+                except (RedisError, OSError):
+                    # After Redis restarts, the first write goes out on a pooled connection to the old server
+                    # and fails; that connection is dropped, so one more try gets a fresh one
+                    # (tests/test_drills.py). Entries already written are refused as duplicates, not doubled.
+                    await self._write(batch)
             except (RedisError, OSError) as exc:
                 # Local listeners are unaffected; remote readers of these events fall back to Postgres.
                 log.warning("stream events not mirrored to Redis (%s)", type(exc).__name__)
             finally:
                 for _ in batch:
                     self._queue.task_done()
+
+    async def _write(self, batch: list[tuple[str, Event]]) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for message_id, event in batch:
+                key = events_key(message_id)
+                fields: dict[Any, Any] = {"e": event.event, "d": json.dumps(event.data, ensure_ascii=False)}
+                pipe.xadd(key, fields, id=f"0-{event.id}")
+                pipe.pexpire(key, self.ttl_ms)
+            await pipe.execute(raise_on_error=False)
 
     async def _cancel_loop(self, on_cancel: Callable[[str], None]) -> None:
         while True:
