@@ -63,6 +63,8 @@ def names(text: str) -> list[str]:
         capitalised = position > 0 and token[0].isupper()
         if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
             continue
+        if all(c.isdigit() or c in "._" for c in token):
+            continue  # a bare number ("case 17", "2022", "3.10") is a quantity, not a thing the book must name
         parts = terms(token)
         if parts and parts[0] not in found:
             found.append(parts[0])  # the whole identifier comes first; its parts are ordinary words

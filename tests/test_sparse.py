@@ -35,6 +35,8 @@ def test_stopwords_and_single_letters_are_dropped_and_plurals_folded() -> None:
         ("What is a good old-fashioned approach to two-link legs?", []),  # ordinary compounds are not names
         ("Where did ROS come from, and why ROS 2?", ["ros"]),
         ("What is a series elastic actuator?", []),
+        ("What is a ROS 2 topic? (case 17)", ["ros"]),  # bare numbers are quantities, not names
+        ("Which ROS release came out in 2022, and is Python 3.10 supported?", ["ros", "python"]),
     ],
 )
 def test_names_are_identifiers_and_capitalised_words_after_the_first(question: str, expected: list[str]) -> None:
