@@ -60,7 +60,7 @@ def names(text: str) -> list[str]:
     for position, match in enumerate(_NAME.finditer(text)):
         token = match.group()
         identifier = any(c.isdigit() or c in "_." for c in token) or any(c.isupper() for c in token[1:])
-        capitalised = position > 0 and token[0].isupper()
+        capitalised = position > 0 and token[0].isupper() and not _starts_sentence(text, match.start())
         if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
             continue
         if all(c.isdigit() or c in "._" for c in token):
@@ -69,6 +69,12 @@ def names(text: str) -> list[str]:
         if parts and parts[0] not in found:
             found.append(parts[0])  # the whole identifier comes first; its parts are ordinary words
     return found
+
+
+def _starts_sentence(text: str, start: int) -> bool:
+    """Whether a word opens a sentence ("… AI? Thanks!"), where capitals are grammar, not a name."""
+    before = text[:start].rstrip(" \t\"'(")
+    return not before or before[-1] in ".!?:;\n"
 
 
 def document_vector(text: str) -> Sparse:

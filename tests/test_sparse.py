@@ -36,6 +36,8 @@ def test_stopwords_and_single_letters_are_dropped_and_plurals_folded() -> None:
         ("Where did ROS come from, and why ROS 2?", ["ros"]),
         ("What is a series elastic actuator?", []),
         ("What is a ROS 2 topic? (case 17)", ["ros"]),  # bare numbers are quantities, not names
+        ("How does Physical AI differ from traditional AI? Thanks!", ["physical", "ai"]),  # a sentence's capital
+        ("Explain PID tuning. Also, what does Ziegler suggest?", ["pid", "ziegler"]),
         ("Which ROS release came out in 2022, and is Python 3.10 supported?", ["ros", "python"]),
     ],
 )
