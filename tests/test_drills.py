@@ -254,15 +254,17 @@ def ended_well(stream: list[SSEEvent]) -> bool:
 
 async def until(check: Callable[[], Any], what: str) -> None:
     """Poll ``check`` (sync or async) until it is truthy, at most RECOVERY_TIMEOUT_S."""
-    async with asyncio.timeout(RECOVERY_TIMEOUT_S):
-        while True:
-            result = check()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(0.2)
-    raise AssertionError(what)  # pragma: no cover -- the timeout raises first
+    try:
+        async with asyncio.timeout(RECOVERY_TIMEOUT_S):
+            while True:
+                result = check()
+                if asyncio.iscoroutine(result):
+                    result = await result
+                if result:
+                    return
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(f"{what} (waited {RECOVERY_TIMEOUT_S} s)") from None
 
 
 async def service_status(client: httpx.AsyncClient, name: str) -> str:
