@@ -19,7 +19,7 @@ from typing import Any
 
 from server import logs, metrics, replay
 from server.capabilities import Capabilities
-from server.errors import DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
+from server.errors import Conflict, DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
 from server.faq import Faq
 from server.generation import Finished, GenerationRequest, Generator, GenNotice, Token, Turn, Usage, cited_numbers
 from server.relay import STALL_LIMIT_S
@@ -75,9 +75,20 @@ async def start(
     on_finish: Callable[[], Awaitable[None]] | None = None,
 ) -> Started:
     """Store the question and start generating; a repeated ``client_request_id`` attaches to the first answer."""
+    repeated = await _repeated_request(chat, request)
+    if repeated is not None:  # a double click or a retry: attach, and create no second session
+        return Started(
+            repeated.assistant_message_id,
+            repeated.session_id,
+            None,
+            chat.capabilities.stream_url(str(repeated.assistant_message_id)),
+            created=False,
+        )
     notices: list[tuple[str, str]] = []
     session = await _session(chat, request, user_id, notices)
     exchange = await _exchange(chat, session, request, notices)
+    if exchange is not None and exchange.session_id != session.id:
+        raise Conflict("This client_request_id was already used in another conversation.")
     message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
     stream_url = chat.capabilities.stream_url(str(message_id))
     if exchange is not None and not exchange.created:
@@ -157,6 +168,20 @@ def _may_be_starting(message: MessageRow) -> bool:
 async def _iterate(items: list[Event]) -> AsyncIterator[Event]:
     for item in items:
         yield item
+
+
+async def _repeated_request(chat: ChatService, request: ChatRequest) -> Exchange | None:
+    """A repeated first question (no session yet): its exchange, found before a second session is created.
+
+    With a session, the repeat goes the usual way (the session's token is checked) and ``start_exchange``
+    finds the earlier exchange itself.
+    """
+    if chat.store is None or request.client_request_id is None or request.session_id is not None:
+        return None
+    try:
+        return await chat.store.find_exchange(request.client_request_id)
+    except DatabaseUnavailable:
+        return None  # the answer goes on without history; start_exchange is not reached either
 
 
 async def _session(

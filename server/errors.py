@@ -7,6 +7,7 @@ Our exception hierarchy::
     ├── Unauthorized (401)        a bearer token that is expired, forged or malformed
     ├── NotFound (404)            unknown route or id; also used for "not yours" so nothing leaks
     ├── MethodNotAllowed (405)
+    ├── Conflict (409)            a client_request_id already used in another conversation
     ├── PayloadTooLarge (413)     bodies over 64 KiB
     ├── RateLimited (429)         carries retry_after seconds
     └── ServiceUnavailable (503)  a dependency we cannot do without for this request
@@ -55,6 +56,13 @@ class NotFound(AppError):
 
     status = 404
     code = "not_found"
+
+
+class Conflict(AppError):
+    """The request clashes with one made before; the message says which field."""
+
+    status = 409
+    code = "conflict"
 
 
 class MethodNotAllowed(AppError):

@@ -24,6 +24,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         400: "Malformed or invalid request",
         401: "Bearer token expired, forged or malformed",
         404: "Not found, or not yours",
+        409: "client_request_id already used in another conversation",
         413: "Body over 64 KiB",
         429: "Rate limit or budget exceeded (Retry-After)",
         503: "A dependency this route needs is down, or the server is shutting down (Retry-After)",
@@ -77,12 +78,12 @@ def document() -> dict[str, Any]:
                     **_op(
                         "Ask; the answer streams back as SSE in this response",
                         None,
-                        errors=(400, 401, 404, 413, 429, 503),
+                        errors=(400, 401, 404, 409, 413, 429, 503),
                     ),
                     "requestBody": _chat_body(),
                     "responses": {
                         "200": {"description": "SSE stream", "content": _SSE},
-                        **_errors(400, 401, 404, 413, 429, 503),
+                        **_errors(400, 401, 404, 409, 413, 429, 503),
                     },
                 }
             },
@@ -92,7 +93,7 @@ def document() -> dict[str, Any]:
                         "Ask; generation starts, read it from stream_url",
                         _OBJECT,
                         status=202,
-                        errors=(400, 401, 404, 413, 429, 503),
+                        errors=(400, 401, 404, 409, 413, 429, 503),
                     ),
                     "requestBody": _chat_body(),
                 }

@@ -275,6 +275,11 @@ class Store:
             await conn.execute("UPDATE chat_sessions SET last_activity_at = now() WHERE id = %s", (session_id,))
         return Exchange(session_id, user_id, assistant_id, created=True)
 
+    async def find_exchange(self, client_request_id: uuid.UUID) -> Exchange | None:
+        """The exchange an earlier request with this ``client_request_id`` started, if any."""
+        async with self._conn() as conn:
+            return await self._exchange_for_request(conn, client_request_id)
+
     async def finish_message(self, message_id: uuid.UUID, completion: Completion) -> None:
         """Write the answer, its usage and its citations in one transaction (no per-token writes)."""
         async with self._conn() as conn, conn.transaction():

@@ -180,6 +180,33 @@ async def test_a_double_submitted_client_request_id_runs_one_generation(server: 
     assert len(fake.requests) == 1
 
 
+async def test_a_repeated_first_question_creates_no_second_session(server: Server, clean_db: str) -> None:
+    request_id = str(uuid.uuid4())
+    async with server() as (client, _):
+        first = await post_message(client, client_request_id=request_id)
+        again = await post_message(client, client_request_id=request_id)  # a retry before the answer came back
+    assert again["message_id"] == first["message_id"] and again["session_id"] == first["session_id"]
+    assert "session_token" not in again  # only its hash is stored: it goes out once
+    with psycopg.connect(clean_db) as conn:
+        sessions = conn.execute("SELECT count(*) FROM chat_sessions").fetchone()
+        answers = conn.execute("SELECT count(*) FROM chat_messages WHERE role = 'assistant'").fetchone()
+    assert sessions == (1,) and answers == (1,)
+
+
+async def test_a_client_request_id_from_another_conversation_is_a_409(server: Server, clean_db: str) -> None:
+    request_id = str(uuid.uuid4())
+    async with server() as (client, _):
+        await post_message(client, client_request_id=request_id)
+        other = await post_message(client)
+        session = {"session_id": other["session_id"], "session_token": other["session_token"]}
+        clash = await client.post(
+            "/api/chat/messages", json={"question": QUESTION, "client_request_id": request_id, **session}
+        )
+    assert clash.status_code == 409 and clash.json()["error"]["code"] == "conflict"
+    with psycopg.connect(clean_db) as conn:
+        assert conn.execute("SELECT count(*) FROM chat_messages WHERE role = 'user'").fetchone() == (2,)
+
+
 async def test_delete_stops_the_generation_within_a_second(server: Server, clean_db: str) -> None:
     slow = FakeOpenAI(default=ok(LONG_ANSWER, token_delay_s=0.05))
     async with server(fake=slow, STREAM_GRACE_S="30") as (client, fake):
