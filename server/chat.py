@@ -249,6 +249,7 @@ async def _run(
     started = time.perf_counter()
     state = _RunState()
     metrics.GENERATIONS.inc()
+    stream.hold_terminal = exchange is not None and chat.store is not None
     try:
         retrieval = await _retrieve(chat, request)
         if retrieval is None:
@@ -266,7 +267,7 @@ async def _run(
     except Exception:
         log.exception("chat generation failed")
         state.status = "failed"
-        if not stream.finished:
+        if not stream.ended:
             stream.publish(
                 "error",
                 {
@@ -278,15 +279,18 @@ async def _run(
     finally:
         metrics.GENERATIONS.dec()
         _record(stream, state, started)
-        if exchange is not None and chat.store is not None:
-            await _persist(chat.store, exchange, stream, state, started)
+        try:
+            if exchange is not None and chat.store is not None:
+                await _persist(chat.store, exchange, stream, state, started)
+        finally:
+            stream.release()  # the terminal event, held until the answer was stored (streaming.py)
         if on_finish is not None:
             await on_finish()
 
 
 def _record(stream: MessageStream, state: _RunState, started: float) -> None:
     """One log line and the answer metrics for a finished generation."""
-    last = stream.events[-1] if stream.events else None
+    last = stream.terminal
     if state.status == "interrupted":
         outcome = "interrupted"
         metrics.INTERRUPTED.labels(stream.cancel_reason or "unknown").inc()
@@ -489,7 +493,7 @@ async def _history(chat: ChatService, session: _Session, exchange: Exchange | No
 
 def _end_cancelled(stream: MessageStream, state: _RunState, started: float) -> None:
     state.status = "interrupted"
-    if stream.finished:
+    if stream.ended:
         return
     if stream.cancel_reason == "shutdown":
         stream.publish(

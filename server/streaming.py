@@ -67,10 +67,33 @@ class MessageStream:
     on_event: Callable[[str, Event], None] | None = None  # mirrors every event (relay.py, with Redis)
     remote_listener: Callable[[str], Awaitable[bool]] | None = None  # someone reads this on another worker
     _probe: asyncio.Task[None] | None = None
+    # While set, ``done``/``error`` waits in ``_held`` until ``release()``: chat.py stores the answer first, so
+    # a reader who sees ``done`` and reads the history (or asks a follow-up) finds the answer there.
+    hold_terminal: bool = False
+    _held: Event | None = None
 
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
+
+    @property
+    def ended(self) -> bool:
+        """Generation is over: the terminal event is out, or held until the answer is stored."""
+        return self.finished_at is not None or self._held is not None
+
+    @property
+    def terminal(self) -> Event | None:
+        """The ``done``/``error`` event, published or held."""
+        if self._held is not None:
+            return self._held
+        return self.events[-1] if self.finished and self.events else None
+
+    def release(self) -> None:
+        """Publish the held terminal event (if any); from now on terminal events go out at once."""
+        self.hold_terminal = False
+        held, self._held = self._held, None
+        if held is not None:
+            self._append(held.event, held.data)
 
     @property
     def listeners(self) -> int:
@@ -82,14 +105,18 @@ class MessageStream:
         return self._cancel_reason
 
     def publish(self, event: EventType, data: Mapping[str, Any]) -> Event:
-        if self.finished:
+        if self.ended:
             raise RuntimeError(f"stream {self.message_id} already ended")
         self._flush_tokens()
+        if event in TERMINAL and self.hold_terminal:
+            self._held = Event(id=len(self.events) + 1, event=event, data=data)
+            self._stop_grace()
+            return self._held
         return self._append(event, data)
 
     def add_token(self, text: str) -> None:
         """Queue model output: at most one ``token`` event per COALESCE_S; a token after a quiet spell goes at once."""
-        if not text or self.finished:
+        if not text or self.ended:
             return
         self._pending_tokens.append(text)
         if self._flush_handle is not None:
@@ -102,7 +129,7 @@ class MessageStream:
 
     def cancel(self, reason: str) -> bool:
         """Stop generation now; False when it had already ended."""
-        if self.finished or self.task is None or self.task.done():
+        if self.ended or self.task is None or self.task.done():
             return False
         self._cancel_reason = reason
         self.task.cancel()
@@ -127,7 +154,7 @@ class MessageStream:
                 await self._changed.wait()
         finally:
             self._listeners -= 1
-            if self._listeners == 0 and not self.finished:
+            if self._listeners == 0 and not self.ended:
                 self._start_grace()
 
     def text(self) -> str:
@@ -151,7 +178,7 @@ class MessageStream:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
-        if self._pending_tokens and not self.finished:
+        if self._pending_tokens and not self.ended:
             text = "".join(self._pending_tokens)
             self._pending_tokens.clear()
             self._quiet_until = asyncio.get_running_loop().time() + COALESCE_S
@@ -172,7 +199,7 @@ class MessageStream:
 
     def _abandon(self) -> None:
         self._grace_handle = None
-        if self._listeners or self.finished:
+        if self._listeners or self.ended:
             return
         if self.remote_listener is None:
             self._cancel_abandoned()
@@ -185,7 +212,7 @@ class MessageStream:
             elsewhere = await self.remote_listener(self.message_id)
         finally:
             self._probe = None
-        if self._listeners or self.finished:
+        if self._listeners or self.ended:
             return
         if elsewhere:
             # A reader on another worker: look again later (at least every second, even with a zero grace).

@@ -141,6 +141,18 @@ async def test_the_model_answer_is_relayed_with_its_citations_and_usage(chat_ser
     assert [c["position"] for c in stored_citations(clean_db, str(assistant["id"]))] == [1, 2]
 
 
+async def test_the_answer_is_in_the_history_by_the_time_done_arrives(chat_server: Chat) -> None:
+    async with chat_server(llm=True) as (client, fake):
+        fake.default = ok("Balance comes from feedback [1].", token_delay_s=0.01)
+        stream = await ask(client)
+        meta = stream[0].json()
+        history = await client.get(
+            f"/api/sessions/{meta['session_id']}/messages", headers={"X-Session-Token": meta["session_token"]}
+        )
+    answer = history.json()["messages"][-1]
+    assert (answer["role"], answer["status"], answer["content"]) == ("assistant", "complete", answer_text(stream))
+
+
 async def test_the_conversation_so_far_goes_into_the_next_prompt(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         first = (await ask(client))[0].json()

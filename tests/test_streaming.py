@@ -97,6 +97,22 @@ async def test_a_subscriber_waits_for_live_events_and_stops_at_the_terminal_one(
     assert [(e.id, e.event) for e in events] == [(1, "meta"), (2, "sources"), (3, "token"), (4, "token"), (5, "done")]
 
 
+async def test_a_held_terminal_event_reaches_readers_only_once_released() -> None:
+    stream = MessageStream("m1", grace_s=0, hold_terminal=True)
+    stream.publish("meta", {})
+    reader = asyncio.create_task(read(stream))
+    stream.add_token("answer")
+    finish(stream)  # generation is over: the answer is being stored
+    await asyncio.sleep(streaming.COALESCE_S * 3)
+    assert stream.ended and not stream.finished and not reader.done()
+    assert stream.terminal is not None and stream.terminal.id == 3
+    with pytest.raises(RuntimeError):
+        finish(stream, "error")
+    stream.release()
+    events = await asyncio.wait_for(reader, timeout=5)
+    assert [(e.id, e.event) for e in events] == [(1, "meta"), (2, "token"), (3, "done")]
+
+
 async def test_a_subscriber_resumes_right_after_its_last_event_id() -> None:
     stream = MessageStream("m1", grace_s=0)
     for kind in ("meta", "sources", "notice"):
