@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from server.cli import main
 from tests.conftest import ROOT

@@ -55,7 +55,7 @@ def _operations() -> list[tuple[str, str]]:
     return [(path, method) for path, ops in document()["paths"].items() for method in ops]
 
 
-_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
+_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=60)
 _json_value = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
