@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import socket
 import statistics
@@ -354,13 +355,26 @@ class Run:
 
 
 async def conversations(
-    server: ServerProcess, cases: Cases, *, clients: int, turns: int | None, seconds: float | None, path: str
+    server: ServerProcess,
+    cases: Cases,
+    *,
+    clients: int,
+    turns: int | None,
+    seconds: float | None,
+    path: str,
+    stagger_s: float = 0.0,
 ) -> Run:
-    """``clients`` concurrent readers, each asking ``turns`` questions (or asking until ``seconds`` are up)."""
+    """``clients`` concurrent readers, each asking ``turns`` questions (or asking until ``seconds`` are up).
+
+    With ``stagger_s``, each reader starts at a random moment within that span, as independent readers do;
+    without it every reader asks at the same instant (a burst, and with equal answers, a burst every answer).
+    """
     answers: list[tuple[int, Answer]] = []
     deadline = time.monotonic() + (seconds or 1e9)
+    rng = random.Random(17)
 
     async def reader() -> None:
+        await asyncio.sleep(rng.uniform(0, stagger_s))
         conversation = Conversation(server.address, path)
         done = 0
         while (turns is None or done < turns) and time.monotonic() < deadline:
@@ -408,8 +422,17 @@ async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
                 figures.append(Figure("chat: server-added TTFT p99, 1 client", percentile(one, 99), "ms"))
 
                 fake.default = ok(answer_text(100), token_delay_s=0.02)
+                burst = await conversations(
+                    server, cases, clients=50, turns=2 if quick else 4, seconds=None, path="/api/chat"
+                )
+                in_step = burst.server_added_ms(model)
+                print(f"server-added time to first token, 50 conversations asking in step:  {summary(in_step)} ms")
+                figures.append(
+                    Figure("chat: server-added TTFT p99, 50 paced, all asking at once", percentile(in_step, 99), "ms")
+                )
+                # Independent readers: starts spread over one answer's length (100 tokens x 20 ms).
                 paced = await conversations(
-                    server, cases, clients=50, turns=2 if quick else 5, seconds=None, path="/api/chat"
+                    server, cases, clients=50, turns=2 if quick else 5, seconds=None, path="/api/chat", stagger_s=2.0
                 )
                 fifty = paced.server_added_ms(model)
                 print(f"server-added time to first token, 50 conversations, 20 ms/token: {summary(fifty)} ms")
