@@ -10,17 +10,22 @@ import os
 import secrets
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from alembic import command
 from alembic.config import Config
 
+from server.app import create_app
 from server.services import Services, open_services
 from server.settings import Settings
 from server.store import Store
+from tests.fake_openai import FakeOpenAI
+from tests.servers import serving
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_BOOK = ROOT.parent / "shared" / "corpora" / "rizsheik-humanoid-course"
@@ -83,6 +88,35 @@ async def store(clean_db: str) -> AsyncIterator[Store]:
 async def services_with_db(clean_db: str) -> AsyncIterator[Services]:
     async with open_services(Settings.from_env({"DATABASE_URL": clean_db, "REDIS_URL": TEST_REDIS_URL})) as services:
         yield services
+
+
+Chat = Callable[..., AbstractAsyncContextManager[tuple[httpx.AsyncClient, FakeOpenAI]]]
+
+
+@pytest.fixture
+def chat_server(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Chat:
+    """``async with chat_server(llm=True, **env) as (client, fake)``: the app with the demo index."""
+
+    @asynccontextmanager
+    async def start(*, llm: bool = False, **env: str) -> AsyncIterator[tuple[httpx.AsyncClient, FakeOpenAI]]:
+        fake = FakeOpenAI()
+        data_dir = copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")
+        async with serving(fake.app()) as llm_url:
+            values = {
+                "DATA_DIR": str(data_dir),
+                "DATABASE_URL": clean_db,
+                "LOG_FORMAT": "text",
+                "STREAM_GRACE_S": "0",
+                "LLM_TIMEOUT_S": "1",
+                "EMBEDDER": "local",
+                **({"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"{llm_url}/v1"} if llm else {}),
+                **env,
+            }
+            app = create_app(Settings.from_env(values))
+            async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+                yield client, fake
+
+    return start
 
 
 def new_id() -> uuid.UUID:

@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,43 +16,12 @@ import httpx
 import psycopg
 import pytest
 
-from server.app import create_app
-from server.settings import Settings
-from tests.conftest import CLOSED_PORT_PG_URL, copy_index
-from tests.fake_openai import Behaviour, FakeOpenAI, ok, tokens_of
-from tests.servers import serving
+from tests.conftest import CLOSED_PORT_PG_URL, Chat
+from tests.fake_openai import Behaviour, ok, tokens_of
 from tests.sse_client import SSEEvent, answer_text, events, of_type, read_all
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 OUT_OF_SCOPE = "What is the best recipe for sourdough bread with a crispy crust?"
-
-Chat = Callable[..., AbstractAsyncContextManager[tuple[httpx.AsyncClient, FakeOpenAI]]]
-
-
-@pytest.fixture
-def chat_server(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Chat:
-    """``async with chat_server(llm=True, **env) as (client, fake)``: the app with the demo index."""
-
-    @asynccontextmanager
-    async def start(*, llm: bool = False, **env: str) -> AsyncIterator[tuple[httpx.AsyncClient, FakeOpenAI]]:
-        fake = FakeOpenAI()
-        data_dir = copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")
-        async with serving(fake.app()) as llm_url:
-            values = {
-                "DATA_DIR": str(data_dir),
-                "DATABASE_URL": clean_db,
-                "LOG_FORMAT": "text",
-                "STREAM_GRACE_S": "0",
-                "LLM_TIMEOUT_S": "1",
-                "EMBEDDER": "local",
-                **({"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"{llm_url}/v1"} if llm else {}),
-                **env,
-            }
-            app = create_app(Settings.from_env(values))
-            async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
-                yield client, fake
-
-    return start
 
 
 async def ask(client: httpx.AsyncClient, question: str = QUESTION, **fields: Any) -> list[SSEEvent]:

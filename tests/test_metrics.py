@@ -12,8 +12,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -22,43 +20,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from server import metrics
-from server.app import create_app
-from server.settings import Settings
-from tests.conftest import CLOSED_PORT_PG_URL, ROOT, TEST_REDIS_URL, copy_index
-from tests.fake_openai import Behaviour, FakeOpenAI
-from tests.servers import serving
+from tests.conftest import CLOSED_PORT_PG_URL, ROOT, TEST_REDIS_URL, Chat, copy_index
+from tests.fake_openai import Behaviour
 from tests.sse_client import SSEEvent, events, of_type, read_all
 from tests.test_shutdown import server_process
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 OUT_OF_SCOPE = "What is the best recipe for sourdough bread with a crispy crust?"
-
-Server = Callable[..., AbstractAsyncContextManager[tuple[httpx.AsyncClient, FakeOpenAI]]]
-
-
-@pytest.fixture
-def chat_server(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Server:
-    """``async with chat_server(llm=True, **env) as (client, fake)``: the app with the demo index."""
-
-    @asynccontextmanager
-    async def start(*, llm: bool = True, **env: str) -> AsyncIterator[tuple[httpx.AsyncClient, FakeOpenAI]]:
-        fake = FakeOpenAI()
-        data_dir = copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")
-        async with serving(fake.app()) as llm_url:
-            values = {
-                "DATA_DIR": str(data_dir),
-                "DATABASE_URL": clean_db,
-                "LOG_FORMAT": "text",
-                "EMBEDDER": "local",
-                "LLM_TIMEOUT_S": "1",
-                **({"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"{llm_url}/v1"} if llm else {}),
-                **env,
-            }
-            app = create_app(Settings.from_env(values))
-            async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
-                yield client, fake
-
-    return start
 
 
 class Scrape:
@@ -93,8 +61,8 @@ async def ask(client: httpx.AsyncClient, question: str = QUESTION) -> list[SSEEv
     return await read_all(client, "POST", "/api/chat", json={"question": question})
 
 
-async def test_a_chat_moves_requests_latency_confidence_and_token_metrics(chat_server: Server) -> None:
-    async with chat_server() as (client, _):
+async def test_a_chat_moves_requests_latency_confidence_and_token_metrics(chat_server: Chat) -> None:
+    async with chat_server(llm=True) as (client, _):
         before = await scrape(client)
         stream = await ask(client)
         after = await scrape(client)
@@ -112,8 +80,8 @@ async def test_a_chat_moves_requests_latency_confidence_and_token_metrics(chat_s
     assert after.value("textbook_open_streams") == 0 and after.value("textbook_generations_in_progress") == 0
 
 
-async def test_a_stream_in_progress_shows_as_open_until_it_ends(chat_server: Server) -> None:
-    async with chat_server() as (client, fake):
+async def test_a_stream_in_progress_shows_as_open_until_it_ends(chat_server: Chat) -> None:
+    async with chat_server(llm=True) as (client, fake):
         fake.default = Behaviour(text=" ".join(["walking"] * 200), token_delay_s=0.02)
         async with client.stream("POST", "/api/chat", json={"question": QUESTION}) as response:
             async for event in events(response):
@@ -161,13 +129,13 @@ async def test_a_stream_in_progress_shows_as_open_until_it_ends(chat_server: Ser
     ],
 )
 async def test_fallbacks_declines_and_llm_failures_are_counted_by_kind(
-    chat_server: Server,
+    chat_server: Chat,
     env: dict[str, str],
     script: list[Behaviour],
     question: str,
     expected: dict[tuple[str, str], int],
 ) -> None:
-    async with chat_server(**env) as (client, fake):
+    async with chat_server(llm=True, **env) as (client, fake):
         fake.then(*script)
         before = await scrape(client)
         await ask(client, question)
@@ -181,7 +149,7 @@ async def test_fallbacks_declines_and_llm_failures_are_counted_by_kind(
 
 
 async def test_without_an_api_key_every_answer_counts_as_an_offline_fallback_not_an_llm_error(
-    chat_server: Server,
+    chat_server: Chat,
 ) -> None:
     async with chat_server(llm=False) as (client, _):
         before = await scrape(client)
@@ -191,8 +159,8 @@ async def test_without_an_api_key_every_answer_counts_as_an_offline_fallback_not
     assert moved(before, after, "textbook_llm_errors_total") == 0
 
 
-async def test_rate_limit_rejections_are_counted_and_metrics_are_never_rate_limited(chat_server: Server) -> None:
-    async with chat_server(RATE_LIMIT_ANON="1/hour", RATE_LIMIT_READ="1/minute") as (client, _):
+async def test_rate_limit_rejections_are_counted_and_metrics_are_never_rate_limited(chat_server: Chat) -> None:
+    async with chat_server(llm=True, RATE_LIMIT_ANON="1/hour", RATE_LIMIT_READ="1/minute") as (client, _):
         before = await scrape(client)
         await ask(client)
         assert (await client.post("/api/chat", json={"question": QUESTION})).status_code == 429
@@ -205,9 +173,9 @@ async def test_rate_limit_rejections_are_counted_and_metrics_are_never_rate_limi
     assert moved(before, after, "textbook_http_requests_total", route="/metrics", method="GET", status="200") == 5
 
 
-async def test_requests_are_labelled_by_route_template_never_by_raw_path(chat_server: Server) -> None:
+async def test_requests_are_labelled_by_route_template_never_by_raw_path(chat_server: Chat) -> None:
     session_id, message_id = uuid.uuid4(), uuid.uuid4()
-    async with chat_server() as (client, _):
+    async with chat_server(llm=True) as (client, _):
         assert (await client.get(f"/api/sessions/{session_id}/messages")).status_code == 404
         assert (await client.get(f"/api/chat/messages/{message_id}/stream?cap=x")).status_code == 404
         assert (await client.get(f"/no/such/{uuid.uuid4()}")).status_code == 404
