@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,9 +26,9 @@ import yaml  # type: ignore[import-untyped]  # PyYAML comes with uvicorn[standar
 
 from tests.conftest import ROOT, TEST_REDIS_URL, copy_index
 from tests.fake_openai import FakeOpenAI, ok
-from tests.servers import serving
+from tests.servers import free_port, server_process, serving
 from tests.sse_client import answer_text, read_all
-from tests.test_resume import KEY, LONG_ANSWER, QUESTION, _free_port, read_some, stored_answer
+from tests.test_resume import KEY, LONG_ANSWER, QUESTION, read_some, stored_answer
 
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
@@ -78,7 +77,7 @@ def local_config(template: str, *, tmp: Path, port: int, upstreams: tuple[str, s
 async def nginx(tmp: Path, upstreams: tuple[str, str]) -> AsyncIterator[Proxy]:
     assert NGINX is not None
     tmp.mkdir()
-    port = _free_port()  # nginx cannot listen on port 0
+    port = free_port()  # nginx cannot listen on port 0
     conf = tmp / "nginx.conf"
     conf.write_text(local_config(NGINX_CONF.read_text(), tmp=tmp, port=port, upstreams=upstreams))
     error_log = tmp / "error.log"
@@ -106,41 +105,6 @@ async def nginx(tmp: Path, upstreams: tuple[str, str]) -> AsyncIterator[Proxy]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-@asynccontextmanager
-async def server_process(env: dict[str, str], log: Path) -> AsyncIterator[str]:
-    """``python -m server serve`` on a free port, its log in ``log`` (shown if it fails to start or stop)."""
-    port = _free_port()
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as probe:
-            for _ in range(600):
-                if process.poll() is not None:
-                    raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
-                try:
-                    if (await probe.get(f"{url}/health")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    await asyncio.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        # Waiting in a thread keeps this loop (and the fake LLM on it) serving the answers still being finished.
-        try:
-            await asyncio.to_thread(process.wait, 30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise AssertionError(f"server did not stop on SIGTERM:\n{log.read_text()[-3000:]}") from None
 
 
 @dataclass
@@ -173,7 +137,10 @@ async def deployment(
         }
         env_a = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp / "a"))}
         env_b = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp / "b"))}
-        async with server_process(env_a, tmp / "a.log") as url_a, server_process(env_b, tmp / "b.log") as url_b:
+        async with (
+            server_process(env_a, tmp / "a.log") as (_, url_a),
+            server_process(env_b, tmp / "b.log") as (_, url_b),
+        ):
             upstreams = (url_a.removeprefix("http://"), url_b.removeprefix("http://"))
             async with nginx(tmp / "nginx", upstreams) as proxy:
                 yield Deployment(proxy, fake)

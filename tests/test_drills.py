@@ -35,7 +35,7 @@ from server.app import create_app
 from server.settings import Settings
 from tests.conftest import alembic_config, copy_index
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
-from tests.servers import serving
+from tests.servers import free_port, serving
 from tests.sse_client import SSEEvent, answer_text, events, of_type, read_all
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
@@ -44,12 +44,6 @@ DRILL_TIMEOUT_S = 60  # each drill ends within this, pass or fail
 RECOVERY_TIMEOUT_S = 20  # how long the server may take to notice a dependency is back
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
 REDIS_SERVER = shutil.which("redis-server")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -122,7 +116,7 @@ async def throwaway_postgres() -> AsyncIterator[tuple[Daemon, str]]:
             check=True,
             capture_output=True,
         )
-        port = _free_port()
+        port = free_port()
         admin = f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
         def ready() -> bool:
@@ -169,7 +163,7 @@ async def throwaway_postgres() -> AsyncIterator[tuple[Daemon, str]]:
 async def throwaway_redis() -> AsyncIterator[tuple[Daemon, str]]:
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed")
-    port = _free_port()
+    port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
 
     def ready() -> bool:
@@ -389,7 +383,7 @@ def black_hole(port: int) -> Iterator[None]:
 async def test_qdrant_unreachable_or_hung_answers_from_the_faq_and_keeps_history(
     drill_server: Drill, clean_db: str
 ) -> None:
-    port = _free_port()  # closed: nothing listens there
+    port = free_port()  # closed: nothing listens there
     async with (
         asyncio.timeout(DRILL_TIMEOUT_S),
         drill_server(DATABASE_URL=clean_db, QDRANT_URL=f"http://127.0.0.1:{port}") as (client, fake),

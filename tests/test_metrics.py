@@ -22,8 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from server import metrics
 from tests.conftest import CLOSED_PORT_PG_URL, ROOT, TEST_REDIS_URL, Chat, copy_index
 from tests.fake_openai import Behaviour
+from tests.servers import server_process
 from tests.sse_client import SSEEvent, events, of_type, read_all
-from tests.test_shutdown import server_process
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 OUT_OF_SCOPE = "What is the best recipe for sourdough bread with a crispy crust?"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,20 +18,14 @@ from redis.asyncio import Redis
 from server.errors import RateLimited
 from server.ratelimit import RateLimiter, StreamSlots
 from server.settings import Settings
+from tests.servers import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class ThrowawayRedis:
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._process: subprocess.Popen[bytes] | None = None
 

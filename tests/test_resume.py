@@ -7,10 +7,6 @@ to the other mid-answer.
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -25,9 +21,9 @@ import redis
 
 from server.app import create_app
 from server.settings import Settings
-from tests.conftest import ROOT, TEST_REDIS_URL, copy_index
+from tests.conftest import TEST_REDIS_URL, copy_index
 from tests.fake_openai import FakeOpenAI, ok
-from tests.servers import serving
+from tests.servers import server_process, serving
 from tests.sse_client import SSEEvent, answer_text, events, of_type, read_all
 
 QUESTION = "How does a humanoid keep its balance?"
@@ -228,41 +224,6 @@ async def test_delete_stops_the_generation_within_a_second(server: Server, clean
 # -- two processes -----------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@asynccontextmanager
-async def server_process(env: dict[str, str]) -> AsyncIterator[str]:
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "server", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as probe:
-            for _ in range(300):
-                if process.poll() is not None:
-                    raise RuntimeError(process.stderr.read().decode() if process.stderr else "server died")
-                try:
-                    if (await probe.get(f"{url}/health")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    await asyncio.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-        if process.stderr is not None:
-            process.stderr.close()
-
-
 async def test_a_reader_moves_to_another_worker_mid_answer_and_gets_every_event_once(
     demo_index_dir: Path, tmp_path: Path, clean_db: str, flush_redis: None
 ) -> None:
@@ -281,8 +242,8 @@ async def test_a_reader_moves_to_another_worker_mid_answer_and_gets_every_event_
         env_a = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "a"))}
         env_b = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "b"))}
         async with (
-            server_process(env_a) as url_a,
-            server_process(env_b) as url_b,
+            server_process(env_a, tmp_path / "a.log") as (_, url_a),
+            server_process(env_b, tmp_path / "b.log") as (_, url_b),
             httpx.AsyncClient(timeout=30) as client,
         ):
             created = (await client.post(f"{url_a}/api/chat/messages", json={"question": QUESTION})).json()

@@ -7,11 +7,7 @@ in a subprocess with 50 live streams gets SIGTERM. The LLM is tests/fake_openai.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -26,9 +22,9 @@ from starlette.applications import Starlette
 from server.app import create_app
 from server.cli import SHUTDOWN_FLUSH_S
 from server.settings import Settings
-from tests.conftest import ROOT, copy_index
+from tests.conftest import copy_index
 from tests.fake_openai import Behaviour, FakeOpenAI
-from tests.servers import serving
+from tests.servers import server_process, serving
 from tests.sse_client import SSEEvent, answer_text, events, of_type
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
@@ -138,49 +134,6 @@ async def test_an_answer_still_running_after_the_grace_ends_with_a_retryable_err
 
 
 # -- the drill: SIGTERM to a real server process with 50 live streams ---------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@asynccontextmanager
-async def server_process(
-    env: dict[str, str], log: Path, *args: str
-) -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
-    """``python -m server serve`` on a free port, ready to answer, logging to ``log``; killed if still running."""
-    port = _free_port()
-    base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")}
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", "--port", str(port), *args],
-            cwd=ROOT,
-            env={**base, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient(base_url=url, timeout=2) as probe:
-            for _ in range(600):
-                if process.poll() is not None:
-                    raise AssertionError(f"server exited at start: {log.read_text()[-2000:]}")
-                try:
-                    if (await probe.get("/health")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("server did not start within 60 s")
-        yield process, url
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
 
 
 async def test_sigterm_during_50_live_streams_loses_nothing(
