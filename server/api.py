@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,12 +18,11 @@ from starlette.responses import JSONResponse, Response
 
 from server import chat as chat_pipeline
 from server import health as health_checks
-from server import logs, metrics, ratelimit, schemas, streaming
+from server import logs, ratelimit, schemas, streaming
 from server.chat import ChatService
 from server.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized
 from server.services import Services
 from server.store import Citation, MessageRow, Store
-from server.streaming import Event
 
 CANCEL_WAIT_S = 2.0  # DELETE answers once the stream has ended, or says it is still ending
 DRAIN_RETRY_AFTER_S = 5  # a refused question during shutdown: by then a proxy sends it to another process
@@ -77,17 +75,6 @@ def bind_message(request: Request, message_id: uuid.UUID | str) -> None:
     """Every later log line of this request (and its access line) carries ``message_id``."""
     request.scope["message_id"] = str(message_id)
     logs.bind_message(str(message_id))
-
-
-def sse(events: AsyncIterator[Event], headers: dict[str, str]) -> Response:
-    """The SSE response, counted in ``textbook_open_streams`` while it is open."""
-
-    async def counted() -> AsyncIterator[Event]:
-        with metrics.open_stream():
-            async for event in events:
-                yield event
-
-    return streaming.response(counted(), headers=headers)
 
 
 async def read_json(request: Request) -> Any:
@@ -154,7 +141,7 @@ async def chat(request: Request) -> Response:
     events = await chat_pipeline.events(chat_service(request), started.message_id)
     if events is None:  # only when the first request's answer is gone everywhere (no Redis, no Postgres copy)
         raise NotFound("No such message.")
-    return sse(events, who.budget_headers)
+    return streaming.response(events, headers=who.budget_headers)
 
 
 async def create_message(request: Request) -> JSONResponse:
@@ -186,7 +173,7 @@ async def message_stream(request: Request) -> Response:
     events = await chat_pipeline.events(service, message_id, after)
     if events is None:
         raise NotFound("No such message.")
-    return sse(events, who.budget_headers)
+    return streaming.response(events, headers=who.budget_headers)
 
 
 async def cancel_message(request: Request) -> JSONResponse:

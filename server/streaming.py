@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from server import metrics
+
 if TYPE_CHECKING:
     from server.relay import RedisRelay
 
@@ -303,13 +305,17 @@ class StreamRegistry:
 def response(
     events: AsyncIterator[Event], *, headers: Mapping[str, str] | None = None, ping_s: float = PING_S
 ) -> EventSourceResponse:
-    """An SSE response over ``events``: a ``: ping`` every ``ping_s``, no proxy buffering, a reconnect hint first."""
+    """An SSE response over ``events``: a ``: ping`` every ``ping_s``, no proxy buffering, a reconnect hint first.
+
+    It counts in ``textbook_open_streams`` while it is open.
+    """
 
     async def body() -> AsyncIterator[ServerSentEvent]:
-        first = True
-        async for event in events:
-            yield event.sse(retry=RETRY_MS if first else None)
-            first = False
+        with metrics.open_stream():
+            first = True
+            async for event in events:
+                yield event.sse(retry=RETRY_MS if first else None)
+                first = False
 
     return EventSourceResponse(
         body(),
