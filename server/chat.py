@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from server import logs, metrics, replay
 from server.capabilities import Capabilities
@@ -125,13 +125,11 @@ async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> As
     live = await chat.registry.events(str(message_id), after)
     if live is not None:
         return live
-    message = await _stored_message(chat, message_id)
-    if message is None:
-        return None
-    if chat.registry.relay is not None and _may_be_starting(message):
+    stored = await _stored_events(chat, message_id)
+    if stored == "starting":
+        assert chat.registry.relay is not None
         return chat.registry.relay.read(str(message_id), after)
-    stored = replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))
-    return _iterate([e for e in stored if e.id > after])
+    return None if stored is None else _iterate([e for e in stored if e.id > after])
 
 
 async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, bool] | None:
@@ -139,19 +137,22 @@ async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, boo
     live = await chat.registry.last_event(str(message_id))
     if live is not None:
         return live
-    message = await _stored_message(chat, message_id)
-    if message is None:
-        return None
-    if chat.registry.relay is not None and _may_be_starting(message):
+    stored = await _stored_events(chat, message_id)
+    if stored == "starting":
         return 0, False
-    return len(replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))), True
+    return None if stored is None else (len(stored), True)
 
 
-async def _stored_message(chat: ChatService, message_id: uuid.UUID) -> MessageRow | None:
+async def _stored_events(chat: ChatService, message_id: uuid.UUID) -> list[Event] | Literal["starting"] | None:
+    """The stored answer replayed as events; ``"starting"`` while another worker has yet to mirror it to Redis."""
     if chat.store is None:
         return None
     message = await chat.store.get_message(message_id)
-    return message if message is not None and message.role == "assistant" else None
+    if message is None or message.role != "assistant":
+        return None
+    if chat.registry.relay is not None and _may_be_starting(message):
+        return "starting"
+    return replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))
 
 
 def _may_be_starting(message: MessageRow) -> bool:
