@@ -137,6 +137,9 @@ def create_pool(database_url: str, *, timeout_s: float, max_size: int = 10) -> A
         timeout=timeout_s,
         reconnect_timeout=0,  # keep retrying in the background for as long as the database is away
         kwargs={
+            # One round trip per single-statement call (no BEGIN, no COMMIT); multi-statement writes use
+            # conn.transaction(). On the question's path that is 3 round trips fewer per call.
+            "autocommit": True,
             "connect_timeout": max(2, int(timeout_s + 0.999)),  # libpq takes whole seconds, at least 2
             "options": f"-c statement_timeout={statement_ms}",
             "application_name": "textbook-chat",
@@ -246,33 +249,46 @@ class Store:
         With a ``client_request_id`` seen before, nothing is written and the first exchange is returned.
         """
         user_id, assistant_id = uuid.uuid4(), uuid.uuid4()
-        async with self._conn() as conn, conn.transaction():
-            if client_request_id is not None:
-                existing = await self._exchange_for_request(conn, client_request_id)
-                if existing is not None:
-                    return existing
+        async with self._conn() as conn:
+            # One statement, so one round trip and atomic: the answer row and the session's activity are
+            # written only when the question was (a client_request_id seen before inserts nothing).
             cur = await conn.execute(
                 """
-                INSERT INTO chat_messages
-                    (id, session_id, role, content, status, mode, module_filter, selected_text, client_request_id)
-                VALUES (%s, %s, 'user', %s, 'complete', %s, %s, %s, %s)
-                ON CONFLICT (client_request_id) WHERE client_request_id IS NOT NULL AND role = 'user' DO NOTHING
+                WITH question AS (
+                    INSERT INTO chat_messages
+                        (id, session_id, role, content, status, mode, module_filter, selected_text, client_request_id)
+                    VALUES (%(user_id)s, %(session_id)s, 'user', %(question)s, 'complete', %(mode)s,
+                            %(module_filter)s, %(selected_text)s, %(client_request_id)s)
+                    ON CONFLICT (client_request_id) WHERE client_request_id IS NOT NULL AND role = 'user' DO NOTHING
+                    RETURNING session_id
+                ), answer AS (
+                    INSERT INTO chat_messages (id, session_id, role, status, mode, module_filter, client_request_id)
+                    SELECT %(assistant_id)s, session_id, 'assistant', 'streaming', %(mode)s, %(module_filter)s,
+                           %(client_request_id)s
+                    FROM question
+                ), activity AS (
+                    UPDATE chat_sessions SET last_activity_at = now()
+                    WHERE id = (SELECT session_id FROM question)
+                )
+                SELECT count(*) FROM question
                 """,
-                (user_id, session_id, question, mode, module_filter, selected_text, client_request_id),
+                {
+                    "user_id": user_id,
+                    "assistant_id": assistant_id,
+                    "session_id": session_id,
+                    "question": question,
+                    "mode": mode,
+                    "module_filter": module_filter,
+                    "selected_text": selected_text,
+                    "client_request_id": client_request_id,
+                },
             )
-            if cur.rowcount == 0 and client_request_id is not None:
-                # A concurrent request with the same id won the race; attach to it.
+            row = await cur.fetchone()
+            if (row is None or row[0] == 0) and client_request_id is not None:
+                # Seen before (a double click, a retry, or a concurrent twin that won): attach to that one.
                 existing = await self._exchange_for_request(conn, client_request_id)
                 if existing is not None:
                     return existing
-            await conn.execute(
-                """
-                INSERT INTO chat_messages (id, session_id, role, status, mode, module_filter, client_request_id)
-                VALUES (%s, %s, 'assistant', 'streaming', %s, %s, %s)
-                """,
-                (assistant_id, session_id, mode, module_filter, client_request_id),
-            )
-            await conn.execute("UPDATE chat_sessions SET last_activity_at = now() WHERE id = %s", (session_id,))
         return Exchange(session_id, user_id, assistant_id, created=True)
 
     async def find_exchange(self, client_request_id: uuid.UUID) -> Exchange | None:
