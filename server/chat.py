@@ -85,13 +85,22 @@ async def start(
             created=False,
         )
     notices: list[tuple[str, str]] = []
-    session = await _session(chat, request, user_id, notices)
-    exchange = await _exchange(chat, session, request, notices)
-    if exchange is not None and exchange.session_id != session.id:
-        raise Conflict("This client_request_id was already used in another conversation.")
+    # Retrieval needs nothing from the database: it runs while the session and the question are stored,
+    # and is dropped if the request is refused or turns out to be a repeat.
+    started = time.perf_counter()
+    retrieval = asyncio.create_task(_retrieve(chat, request))
+    try:
+        session = await _session(chat, request, user_id, notices)
+        exchange = await _exchange(chat, session, request, notices)
+        if exchange is not None and exchange.session_id != session.id:
+            raise Conflict("This client_request_id was already used in another conversation.")
+    except BaseException:
+        _discard(retrieval)
+        raise
     message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
     stream_url = chat.capabilities.stream_url(str(message_id))
     if exchange is not None and not exchange.created:
+        _discard(retrieval)
         return Started(message_id, exchange.session_id, None, stream_url, created=False)
     _log_question(request, str(message_id))
     stream = chat.registry.create(str(message_id))
@@ -103,7 +112,8 @@ async def start(
         "mode": request.mode,
     }
     stream.task = asyncio.create_task(
-        _run(chat, stream, request, session, exchange, meta_base, notices, on_finish), name=f"chat-{message_id}"
+        _run(chat, stream, request, session, exchange, meta_base, notices, on_finish, retrieval, started),
+        name=f"chat-{message_id}",
     )
     return Started(message_id, session.id, session.token, stream_url, created=True)
 
@@ -245,20 +255,23 @@ async def _run(
     meta_base: dict[str, Any],
     notices: list[tuple[str, str]],
     on_finish: Callable[[], Awaitable[None]] | None,
+    retrieving: asyncio.Task[Retrieval | None],
+    started: float,
 ) -> None:
     logs.bind_message(stream.message_id)
-    started = time.perf_counter()
     state = _RunState()
     metrics.GENERATIONS.inc()
     stream.hold_terminal = exchange is not None and chat.store is not None
+    # The earlier turns are read while retrieval runs; a FAQ answer or a decline does not need them.
+    history = asyncio.create_task(_history(chat, session, exchange))
     try:
-        retrieval = await _retrieve(chat, request)
+        retrieval = await retrieving
         if retrieval is None:
             await _answer_from_faq(chat, stream, request, meta_base, notices, state)
         elif retrieval.declined:
             _decline(stream, retrieval, meta_base, notices, state)
         else:
-            await _answer(chat, stream, request, session, exchange, retrieval, meta_base, notices, state, started)
+            await _answer(chat, stream, request, history, retrieval, meta_base, notices, state, started)
     except asyncio.CancelledError:
         _end_cancelled(stream, state, started)
     except LLMUnavailable as exc:
@@ -278,6 +291,8 @@ async def _run(
                 },
             )
     finally:
+        _discard(retrieving)
+        _discard(history)
         metrics.GENERATIONS.dec()
         _record(stream, state, started)
         try:
@@ -420,8 +435,7 @@ async def _answer(
     chat: ChatService,
     stream: MessageStream,
     request: ChatRequest,
-    session: _Session,
-    exchange: Exchange | None,
+    history: asyncio.Task[list[Turn]],
     retrieval: Retrieval,
     meta_base: dict[str, Any],
     notices: list[tuple[str, str]],
@@ -436,11 +450,10 @@ async def _answer(
     meta = _meta(meta_base, retrieval.confidence, retrieval.level, retrieval.scope.event())
     _open(stream, meta, [s.event() for s in retrieval.sources], all_notices)
 
-    history = await _history(chat, session, exchange)
     generation = GenerationRequest(
         question=request.question,
         sources=retrieval.sources,
-        history=history,
+        history=await history,
         mode=retrieval.mode,
         selected_text=request.selected_text,
         low_confidence=retrieval.level == "low",
@@ -479,6 +492,8 @@ async def _answer(
 async def _history(chat: ChatService, session: _Session, exchange: Exchange | None) -> list[Turn]:
     if chat.store is None or not session.persisted or not chat.store.available:
         return []
+    if session.token is not None:  # created by this very request: there are no earlier turns
+        return []
     try:
         messages = await chat.store.history(session.id, limit=500)
     except DatabaseUnavailable:
@@ -490,6 +505,12 @@ async def _history(chat: ChatService, session: _Session, exchange: Exchange | No
         if m.id not in current and m.content and (m.role == "user" or m.status == "complete")
     ]
     return turns[-HISTORY_MESSAGES:]
+
+
+def _discard(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` if it still runs; an outcome nobody will read is consumed, not logged as unretrieved."""
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 def _end_cancelled(stream: MessageStream, state: _RunState, started: float) -> None:
