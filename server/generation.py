@@ -115,7 +115,9 @@ def create_generator(settings: Settings) -> Generator:
         max_retries=0,  # our own policy below: one retry, Retry-After, then the offline generator
         # aiohttp under the SDK (its `aiohttp` extra): reading a streamed chunk costs a fraction of httpx2's
         # anyio read path, which was the largest share of server CPU per relayed token (bench/chat.py).
-        http_client=openai.DefaultAioHttpClient(limits=_limits(settings.llm_max_connections), timeout=settings.llm_timeout_s),
+        http_client=openai.DefaultAioHttpClient(
+            limits=_limits(settings.llm_max_connections), timeout=settings.llm_timeout_s
+        ),
     )
     return OpenAIGenerator(client, model=settings.chat_model, fallback=extractive)
 
