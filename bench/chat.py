@@ -341,6 +341,7 @@ class Run:
     answers: list[tuple[int, Answer]]
     elapsed_s: float
     cpu_s: float
+    harness_cpu_s: float = 0.0  # this process: the clients and the fake model
 
     def server_added_ms(self, model: TimedModel) -> list[float]:
         return [
@@ -382,9 +383,9 @@ async def conversations(
             answers.append((case, await conversation.ask(case)))
             done += 1
 
-    cpu, started = server.cpu_s(), time.monotonic()
+    cpu, harness, started = server.cpu_s(), time.process_time(), time.monotonic()
     await asyncio.gather(*(reader() for _ in range(clients)))
-    return Run(answers, time.monotonic() - started, server.cpu_s() - cpu)
+    return Run(answers, time.monotonic() - started, server.cpu_s() - cpu, time.process_time() - harness)
 
 
 def summary(values: list[float]) -> str:
@@ -439,7 +440,9 @@ async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
                 cpu_paced = paced.cpu_s / max(1, paced.completed) * 1000
                 print(
                     f"  {paced.completed}/{len(paced.answers)} answers of 100 tokens in {paced.elapsed_s:.1f} s; "
-                    f"server CPU {paced.cpu_s:.2f} s = {cpu_paced:.1f} ms per answer"
+                    f"server CPU {paced.cpu_s:.2f} s = {cpu_paced:.1f} ms per answer; "
+                    f"clients + fake model (this process) {paced.harness_cpu_s / paced.elapsed_s:.0%} of a core, "
+                    f"server {paced.cpu_s / paced.elapsed_s:.0%}"
                 )
                 figures.append(Figure("chat: server-added TTFT p50, 50 paced", percentile(fifty, 50), "ms"))
                 figures.append(Figure("chat: server-added TTFT p99, 50 paced", percentile(fifty, 99), "ms", 100))
@@ -484,7 +487,7 @@ async def profiling(server: ServerProcess, output: Path | None) -> AsyncIterator
         yield
         return
     spy = subprocess.Popen(
-        ["py-spy", "record", "--pid", str(server.pid), "--rate", "250", "--format", "raw", "-o", str(output)],
+        ["py-spy", "record", "--nonblocking", "--pid", str(server.pid), "--rate", "250", "--format", "raw", "-o", str(output)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
