@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from server import chat as chat_pipeline
 from server import health as health_checks
-from server import logs, ratelimit, schemas, streaming
+from server import logs, message_events, ratelimit, schemas, streaming
 from server.chat import ChatService
 from server.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized
 from server.services import Services
@@ -138,7 +138,7 @@ async def _start(request: Request) -> tuple[chat_pipeline.Started, Caller]:
 async def chat(request: Request) -> Response:
     """POST /api/chat: the answer as ``text/event-stream`` in the same response."""
     started, who = await _start(request)
-    events = await chat_pipeline.events(chat_service(request), started.message_id)
+    events = await message_events.events(chat_service(request), started.message_id)
     if events is None:  # only when the first request's answer is gone everywhere (no Redis, no Postgres copy)
         raise NotFound("No such message.")
     return streaming.response(events, headers=who.budget_headers)
@@ -164,13 +164,13 @@ async def message_stream(request: Request) -> Response:
     service = chat_service(request)
     message_id = _capability(request, service)
     after = _last_event_id(request)
-    last = await chat_pipeline.last_event(service, message_id)
+    last = await message_events.last_event(service, message_id)
     if last is None:
         raise NotFound("No such message.")
     last_id, ended = last
     if ended and after >= last_id:
         return Response(status_code=204, headers=who.budget_headers)  # the EventSource spec's "stop reconnecting"
-    events = await chat_pipeline.events(service, message_id, after)
+    events = await message_events.events(service, message_id, after)
     if events is None:
         raise NotFound("No such message.")
     return streaming.response(events, headers=who.budget_headers)
@@ -181,7 +181,7 @@ async def cancel_message(request: Request) -> JSONResponse:
     who = await caller(request, "read")
     service = chat_service(request)
     message_id = _capability(request, service)
-    last = await chat_pipeline.last_event(service, message_id)
+    last = await message_events.last_event(service, message_id)
     if last is None:
         raise NotFound("No such message.")
     if last[1]:
@@ -190,7 +190,7 @@ async def cancel_message(request: Request) -> JSONResponse:
     deadline = time.monotonic() + CANCEL_WAIT_S
     while time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-        last = await chat_pipeline.last_event(service, message_id)
+        last = await message_events.last_event(service, message_id)
         if last is None or last[1]:
             return JSONResponse({"message_id": str(message_id), "status": "cancelled"}, headers=who.budget_headers)
     return JSONResponse({"message_id": str(message_id), "status": "cancelling"}, status_code=202)

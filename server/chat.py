@@ -12,21 +12,20 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
-from server import logs, metrics, replay
+from server import logs, metrics
 from server.capabilities import Capabilities
 from server.errors import Conflict, DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
 from server.faq import Faq
 from server.generation import Finished, GenerationRequest, Generator, GenNotice, Token, Turn, Usage, cited_numbers
-from server.relay import STALL_LIMIT_S
 from server.retrieval import Retrieval, Retriever, Source
 from server.schemas import ChatRequest
-from server.store import Citation, Completion, Exchange, MessageRow, Store
-from server.streaming import Event, MessageStream, StreamRegistry
+from server.store import Citation, Completion, Exchange, Store
+from server.streaming import MessageStream, StreamRegistry
 
 log = logging.getLogger(__name__)
 
@@ -128,57 +127,6 @@ def _log_question(request: ChatRequest, message_id: str) -> None:
     }
     log.info("question received", extra=facts)
     log.debug("question text", extra={**facts, "question": request.question, "selected_text": request.selected_text})
-
-
-async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> AsyncIterator[Event] | None:
-    """A message's events after ``after``: live (this worker or, with Redis, another), else replayed from Postgres."""
-    live = await chat.registry.events(str(message_id), after)
-    if live is not None:
-        return live
-    stored = await _stored_events(chat, message_id)
-    if stored == "starting":
-        assert chat.registry.relay is not None
-        return chat.registry.relay.read(str(message_id), after)
-    return None if stored is None else _iterate([e for e in stored if e.id > after])
-
-
-async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, bool] | None:
-    """``(newest event id, ended)`` for the 204 rule of a reconnect after ``done``; None: unknown message."""
-    live = await chat.registry.last_event(str(message_id))
-    if live is not None:
-        return live
-    stored = await _stored_events(chat, message_id)
-    if stored == "starting":
-        return 0, False
-    return None if stored is None else (len(stored), True)
-
-
-async def _stored_events(chat: ChatService, message_id: uuid.UUID) -> list[Event] | Literal["starting"] | None:
-    """The stored answer replayed as events; ``"starting"`` while another worker has yet to mirror it to Redis."""
-    if chat.store is None:
-        return None
-    message = await chat.store.get_message(message_id)
-    if message is None or message.role != "assistant":
-        return None
-    if chat.registry.relay is not None and _may_be_starting(message):
-        return "starting"
-    return replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))
-
-
-def _may_be_starting(message: MessageRow) -> bool:
-    """A fresh ``streaming`` answer that Redis does not know yet: its worker has not mirrored an event so far.
-
-    A browser opens the stream right after the 202, and a load balancer may send it to another worker
-    than the one generating; that reader waits in Redis (relay.py gives up after ``STALL_LIMIT_S``)
-    instead of being told the answer was lost.
-    """
-    age = datetime.now(UTC) - message.created_at
-    return message.status == "streaming" and age < timedelta(seconds=STALL_LIMIT_S)
-
-
-async def _iterate(items: list[Event]) -> AsyncIterator[Event]:
-    for item in items:
-        yield item
 
 
 async def _repeated_request(chat: ChatService, request: ChatRequest) -> Exchange | None:
