@@ -11,7 +11,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from server.docusaurus import Doc, Module, Section, Skipped, read_doc, read_tree
@@ -28,11 +28,21 @@ __all__ = ["Book", "Chunk", "Document", "Module", "Skipped", "TokenCounter", "re
 #   are never split. A single line longer than max_tokens becomes an oversized chunk.
 # - An unclosed fence runs to the end of the file and gets a closing fence in the chunk text.
 # - max_tokens bounds `text`; the breadcrumb in `embedding_text` comes on top.
-# - content_hash leaves out chunk_index and the positions: moving a section or reordering the
-#   sidebar does not re-embed; ingest refreshes the payload of unchanged ids instead.
+# - Three texts per chunk: `text` (stored, cited, shown: the Markdown as written), `keyword_text`
+#   (breadcrumb + the whole text: what the sparse BM25 vector indexes, so every identifier in a
+#   listing stays findable) and `embedding_text` (what MiniLM embeds densely: breadcrumb + the text
+#   with each code fence cut to its head, at most CODE_HEAD_TOKENS word pieces of whole lines after
+#   the opening fence line).
+#   MiniLM is a sentence model: a listing's comments, imports and def names say what it is about;
+#   its body mostly costs inference time (code was 55% of the word pieces embedded).
+# - content_hash covers the text and the embedding text, so a change to either recipe re-embeds;
+#   it leaves out chunk_index and the positions: moving a section or reordering the sidebar does
+#   not re-embed; ingest refreshes the payload of unchanged ids instead.
 
 TokenCounter = Callable[[str], int]
+CODE_HEAD_TOKENS = 48  # word pieces of a code fence's body that are embedded densely (whole lines)
 CHUNK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://textbook-chat.invalid/chunks")
+_UNSTORED = frozenset({"embedding_text", "embedding_tokens"})
 
 
 @dataclass(frozen=True)
@@ -54,15 +64,19 @@ class Chunk:
     token_count: int
     module_position: float
     doc_position: float
+    # What the dense model reads (the breadcrumb, the text with code cut to its head) and its length in
+    # tokens, by which ingest orders its embedding calls; neither is stored.
+    embedding_text: str = field(repr=False)
+    embedding_tokens: int = field(repr=False)
 
     @property
-    def embedding_text(self) -> str:
-        """The breadcrumb ("Module › Chapter › H2 › H3") and the text: what gets embedded."""
+    def keyword_text(self) -> str:
+        """The breadcrumb ("Module › Chapter › H2 › H3") and the whole text: what the sparse vector indexes."""
         return _breadcrumb(self.module_title, self.heading_path) + "\n\n" + self.text
 
     def payload(self) -> dict[str, object]:
-        """All fields as a JSON-able dict for the vector store."""
-        data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        """The stored fields as a JSON-able dict for the vector store (the embedding text is not stored)."""
+        data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _UNSTORED}
         data["heading_path"] = list(self.heading_path)
         return data
 
@@ -131,6 +145,7 @@ class _Unit:
     sep: str  # what joins it to the unit before
     atomic: bool
     tokens: int
+    dense: str  # the same as the dense model reads it: code fences cut to their head
 
 
 def _check_sizes(max_tokens: int, overlap_tokens: int) -> None:
@@ -148,7 +163,9 @@ def _make_chunks(
             continue
         heading_path = (doc.title, *section.path)
         url = doc.url + (f"#{section.anchor}" if section.anchor else "")
-        for text in _pack_units(_units(section, max_tokens, count), max_tokens, overlap_tokens, count):
+        breadcrumb = _breadcrumb(module.title, heading_path)
+        for text, dense in _pack_units(_units(section, max_tokens, count), max_tokens, overlap_tokens, count):
+            embedding_text = breadcrumb + "\n\n" + dense
             meta = {
                 "module": module.id,
                 "module_title": module.title,
@@ -157,7 +174,8 @@ def _make_chunks(
                 "title": section.title,
                 "heading_path": list(heading_path),
                 "url": url,
-                "embedding_text": _breadcrumb(module.title, heading_path) + "\n\n" + text,
+                "text": text,
+                "embedding_text": embedding_text,
             }
             digest = hashlib.sha256(json.dumps(meta, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
             occurrence = occurrences[digest] = occurrences.get(digest, -1) + 1
@@ -181,6 +199,8 @@ def _make_chunks(
                     token_count=count(text),
                     module_position=module.position,
                     doc_position=doc_position,
+                    embedding_text=embedding_text,
+                    embedding_tokens=count(embedding_text),
                 )
             )
     return chunks
@@ -200,10 +220,27 @@ def _units(section: Section, budget: int, count: TokenCounter) -> list[_Unit]:
         prefix_tokens = count(prefix) + 1 if prefix else 0
         for n, (text, atomic, tokens) in enumerate(_split_block(block, max(budget - prefix_tokens, 1), count)):
             sep = ("\n\n" if block.gap else "\n") if n == 0 else ("\n" if block.kind == "text" else "\n\n")
+            dense = _code_head(text, count) if block.kind == "fence" else text
             if prefix:
-                text, tokens, sep, prefix = f"{prefix}\n\n{text}", tokens + prefix_tokens, prefix_sep or sep, ""
-            units.append(_Unit(text, sep, atomic, tokens))
+                text, dense = f"{prefix}\n\n{text}", f"{prefix}\n\n{dense}"
+                tokens, sep, prefix = tokens + prefix_tokens, prefix_sep or sep, ""
+            units.append(_Unit(text, sep, atomic, tokens, dense))
     return units
+
+
+def _code_head(fence: str, count: TokenCounter) -> str:
+    """A code fence as embedded densely: its opening line and the whole lines of its body that fit
+    CODE_HEAD_TOKENS word pieces; the fence unchanged when its body fits."""
+    lines = fence.split("\n")
+    body = lines[1:-1]
+    kept: list[str] = []
+    total = 0
+    for line in body:
+        total += count(line) if line.strip() else 0
+        if total > CODE_HEAD_TOKENS:
+            return "\n".join([lines[0], *kept]).rstrip("\n")
+        kept.append(line)
+    return fence
 
 
 def _lead_in(block: Block, following: list[Block], budget: int, count: TokenCounter) -> bool:
@@ -273,9 +310,10 @@ def _pack(items: list[str], overhead: int, budget: int, count: TokenCounter) -> 
     return [*groups, (current, total)] if current else groups
 
 
-def _pack_units(units: list[_Unit], max_tokens: int, overlap_tokens: int, count: TokenCounter) -> list[str]:
-    """Greedy packing into chunks of at most max_tokens, each starting with the previous one's tail."""
-    chunks: list[str] = []
+def _pack_units(units: list[_Unit], max_tokens: int, overlap_tokens: int, count: TokenCounter) -> list[tuple[str, str]]:
+    """Greedy packing into chunks of at most max_tokens, each starting with the previous one's tail:
+    (text, dense text) of each."""
+    chunks: list[tuple[str, str]] = []
     current: list[_Unit] = []
     total = 0
     for unit in units:
@@ -308,13 +346,15 @@ def _overlap(units: list[_Unit], budget: int, count: TokenCounter) -> list[_Unit
                 if count(candidate) > budget:
                     break
                 best = candidate or best
-            tail = [_Unit(best, unit.sep, False, count(best))] if best else []
+            tail = [_Unit(best, unit.sep, False, count(best), best)] if best else []
         break
     return tail
 
 
-def _join(units: list[_Unit]) -> str:
-    return "".join((unit.sep if n else "") + unit.text for n, unit in enumerate(units)).strip("\n")
+def _join(units: list[_Unit]) -> tuple[str, str]:
+    text = "".join((unit.sep if n else "") + unit.text for n, unit in enumerate(units)).strip("\n")
+    dense = "".join((unit.sep if n else "") + unit.dense for n, unit in enumerate(units))
+    return text, dense.strip("\n")
 
 
 def _breadcrumb(module_title: str, heading_path: tuple[str, ...]) -> str:

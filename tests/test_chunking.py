@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from server import chunking, sparse
 from server.chunking import Book, Chunk, read_book
 from server.tokens import local_counter
 from tests.conftest import DEMO_BOOK, SHARED_BOOK
@@ -405,3 +406,77 @@ def test_a_long_section_is_split_at_paragraphs_with_overlap(tmp_path: Path) -> N
         first_paragraph = chunk.text.split("\n\n")[0]
         assert first_paragraph in previous.text  # the overlap: the previous chunk's last paragraph again
     assert all(any(p in c.text for c in chunks) for p in paragraphs)
+
+
+LONG_LISTING = "\n".join(
+    [
+        "```python",
+        "# Balance controller: reads the IMU and commands the ankle joints",
+        "import rclpy",
+        "from rclpy.node import Node",
+        *(f"    angle_{n} = read_joint({n})" for n in range(9)),
+        "    publish_ankle_torque_zz(angle_8)",
+        "```",
+    ]
+)
+
+
+def listing_book(tmp_path: Path, listing: str = LONG_LISTING) -> list[Chunk]:
+    page = f"# Balance\n\n## Ankle control\n\nThe ankle controller keeps the robot upright.\n\n{listing}\n"
+    return chunk_book(write_docs(tmp_path, {"balance.md": page})).chunks
+
+
+def test_a_long_code_block_is_embedded_by_its_head_and_indexed_whole(tmp_path: Path) -> None:
+    (chunk,) = listing_book(tmp_path)
+    # Stored and cited: the section exactly as written, the listing whole.
+    assert chunk.text == f"## Ankle control\n\nThe ankle controller keeps the robot upright.\n\n{LONG_LISTING}"
+    assert chunk.payload()["text"] == chunk.text and "embedding_text" not in chunk.payload()
+    assert chunk.embedding_tokens == count(chunk.embedding_text) < count(chunk.keyword_text)
+    # Dense: the breadcrumb, the prose, the fence's language line and first lines (comment, imports), not the tail.
+    dense = chunk.embedding_text
+    prose = "Balance › Ankle control\n\n## Ankle control\n\nThe ankle controller keeps the robot upright.\n\n"
+    assert dense.startswith(prose + "```python\n# Balance controller: reads the IMU and commands the ankle joints\n")
+    assert "import rclpy\nfrom rclpy.node import Node\n    angle_0 = read_joint(0)" in dense
+    assert "angle_8" not in dense and "publish_ankle_torque_zz" not in dense
+    assert count(dense.split("```python\n", 1)[1]) <= chunking.CODE_HEAD_TOKENS
+    # Keyword side: the breadcrumb and the whole text, every identifier of the listing.
+    assert chunk.keyword_text == "Balance › Ankle control\n\n" + chunk.text
+    assert {"publish_ankle_torque_zz", "angle_8"} <= set(sparse.terms(chunk.keyword_text))
+
+
+def test_the_code_head_changes_what_is_embedded_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (cut,) = listing_book(tmp_path / "cut")
+    monkeypatch.setattr(chunking, "CODE_HEAD_TOKENS", 10**6)
+    (whole,) = listing_book(tmp_path / "whole")
+    ids = {"chunk_id": "", "content_hash": ""}
+    assert whole.payload() | ids == cut.payload() | ids
+    assert whole.embedding_text == whole.keyword_text != cut.embedding_text
+    # The recipe is part of the content hash: a changed code head re-embeds on the next incremental ingest.
+    assert whole.content_hash != cut.content_hash and whole.chunk_id != cut.chunk_id
+
+
+def test_a_short_code_block_and_prose_are_embedded_as_written(tmp_path: Path) -> None:
+    listing = "```bash\nros2 topic echo /imu\n```"
+    (chunk,) = listing_book(tmp_path, listing)
+    assert chunk.embedding_text == chunk.keyword_text
+    assert chunk.embedding_text.endswith("```bash\nros2 topic echo /imu\n```")
+
+
+def test_an_edit_past_the_code_head_still_changes_the_chunk(tmp_path: Path) -> None:
+    """The sparse vector reads the whole listing, so an edit it alone sees must re-index the chunk too."""
+    (before,) = listing_book(tmp_path / "before")
+    edited = LONG_LISTING.replace("publish_ankle_torque_zz", "publish_hip_torque_zz")
+    (after,) = listing_book(tmp_path / "after", edited)
+    assert before.text != after.text and before.embedding_text == after.embedding_text
+    assert before.content_hash != after.content_hash and before.chunk_id != after.chunk_id
+
+
+def test_the_shared_books_code_is_embedded_by_its_head(book: Book) -> None:
+    for chunk in book.chunks:
+        if "```" not in chunk.text and "~~~" not in chunk.text:
+            assert chunk.embedding_text == chunk.keyword_text
+    dense = sum(count(c.embedding_text) for c in book.chunks)
+    keyword = sum(count(c.keyword_text) for c in book.chunks)
+    assert dense < 0.7 * keyword  # code was over half of what the model read (README, "Benchmarks")

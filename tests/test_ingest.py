@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server import ingest
+from server import ingest, sparse
 from server.app import create_app
 from server.chunking import read_book
 from server.embeddings import LocalEmbedder
@@ -203,6 +203,19 @@ async def test_an_interrupted_ingest_followed_by_a_rerun_leaves_a_consistent_ind
     assert len(embedder.embedded) == report.new + report.updated
     # What was written before the crash is not embedded again.
     assert len(embedder.embedded) == len(set(chunk_ids(book)) - set(half_done))
+
+
+async def test_code_past_its_head_is_not_embedded_but_found_by_keyword(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+) -> None:
+    listing = "\n".join(["```python", "import rclpy", *(f"step_{n} = read_joint({n})" for n in range(20))])
+    page = f"# Gait\n\n## Stepping\n\nA gait loop reads every joint.\n\n{listing}\ncommit_gait_zz(step_19)\n```\n"
+    (book / "docs" / "01-foundations" / "09-gait.md").write_text(page)
+    await run(book, index, embedder)
+    assert any("import rclpy" in text for text in embedder.embedded)
+    assert not any("commit_gait_zz" in text for text in embedder.embedded)  # the dense model reads the head only
+    assert await index.mentions(sparse.Sparse((sparse.term_index("commit_gait_zz"),), (1.0,)))
+    assert not await index.mentions(sparse.Sparse((sparse.term_index("commit_gait_yy"),), (1.0,)))
 
 
 async def test_force_rebuilds_the_collection_from_scratch(
