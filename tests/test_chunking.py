@@ -414,8 +414,8 @@ LONG_LISTING = "\n".join(
         "# Balance controller: reads the IMU and commands the ankle joints",
         "import rclpy",
         "from rclpy.node import Node",
-        *(f"    angle_{n} = read_joint({n})" for n in range(9)),
-        "    publish_ankle_torque_zz(angle_8)",
+        *(f"    angle_{n} = read_joint({n})" for n in range(12)),
+        "    publish_ankle_torque_zz(angle_11)",
         "```",
     ]
 )
@@ -437,11 +437,11 @@ def test_a_long_code_block_is_embedded_by_its_head_and_indexed_whole(tmp_path: P
     prose = "Balance › Ankle control\n\n## Ankle control\n\nThe ankle controller keeps the robot upright.\n\n"
     assert dense.startswith(prose + "```python\n# Balance controller: reads the IMU and commands the ankle joints\n")
     assert "import rclpy\nfrom rclpy.node import Node\n    angle_0 = read_joint(0)" in dense
-    assert "angle_8" not in dense and "publish_ankle_torque_zz" not in dense
+    assert "angle_11" not in dense and "publish_ankle_torque_zz" not in dense
     assert count(dense.split("```python\n", 1)[1]) <= chunking.CODE_HEAD_TOKENS
     # Keyword side: the breadcrumb and the whole text, every identifier of the listing.
     assert chunk.keyword_text == "Balance › Ankle control\n\n" + chunk.text
-    assert {"publish_ankle_torque_zz", "angle_8"} <= set(sparse.terms(chunk.keyword_text))
+    assert {"publish_ankle_torque_zz", "angle_11"} <= set(sparse.terms(chunk.keyword_text))
 
 
 def test_the_code_head_changes_what_is_embedded_and_nothing_else(
@@ -479,4 +479,4 @@ def test_the_shared_books_code_is_embedded_by_its_head(book: Book) -> None:
             assert chunk.embedding_text == chunk.keyword_text
     dense = sum(count(c.embedding_text) for c in book.chunks)
     keyword = sum(count(c.keyword_text) for c in book.chunks)
-    assert dense < 0.7 * keyword  # code was over half of what the model read (README, "Benchmarks")
+    assert dense < 0.85 * keyword  # code was over half of what the model read; its heads are a fraction of it

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server import ingest, sparse
+from server import chunking, ingest, sparse
 from server.app import create_app
 from server.chunking import read_book
 from server.embeddings import LocalEmbedder
@@ -206,10 +206,11 @@ async def test_an_interrupted_ingest_followed_by_a_rerun_leaves_a_consistent_ind
 
 
 async def test_code_past_its_head_is_not_embedded_but_found_by_keyword(
-    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    listing = "\n".join(["```python", "import rclpy", *(f"step_{n} = read_joint({n})" for n in range(20))])
-    page = f"# Gait\n\n## Stepping\n\nA gait loop reads every joint.\n\n{listing}\ncommit_gait_zz(step_19)\n```\n"
+    monkeypatch.setattr(chunking, "CODE_HEAD_TOKENS", 16)
+    listing = "\n".join(["```python", "import rclpy", *(f"step_{n} = read_joint({n})" for n in range(14))])
+    page = f"# Gait\n\n## Stepping\n\nA gait loop reads every joint.\n\n{listing}\ncommit_gait_zz(step_13)\n```\n"
     (book / "docs" / "01-foundations" / "09-gait.md").write_text(page)
     await run(book, index, embedder)
     assert any("import rclpy" in text for text in embedder.embedded)
