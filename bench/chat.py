@@ -54,6 +54,7 @@ QUESTIONS = [
 TURNS_PER_CONVERSATION = 4  # then the reader starts a new conversation (a new session)
 CASE_BITS = 14  # each question comes in 2**14 capitalisations, one per case number
 _META = re.compile(rb"event: meta\r?\ndata: (\{.*?\})\r?\n")
+_DONE = re.compile(rb"event: done\r?\ndata: (\{.*?\})\r?\n")
 
 
 def question(case: int) -> str:
@@ -265,6 +266,7 @@ class Answer:
     ended: float | None = None
     finish: str | None = None  # the terminal event's type: "done" or "error"
     meta: dict[str, Any] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)  # the server's own, from ``done``
 
     @property
     def ttft_s(self) -> float | None:
@@ -282,7 +284,7 @@ async def post_stream(address: tuple[str, int], path: str, payload: dict[str, An
     answer = Answer(sent=time.monotonic())
     try:
         writer.write(head + body)
-        seen = b""
+        seen = last = b""
         while answer.finish is None:
             data = await reader.read(65536)
             if not data:
@@ -297,7 +299,13 @@ async def post_stream(address: tuple[str, int], path: str, payload: dict[str, An
             for terminal in ("done", "error"):
                 if f"event: {terminal}".encode() in window:
                     answer.finish, answer.ended = terminal, time.monotonic()
+                    last = window
             seen = (seen + data)[-4096:] if not answer.meta else data[-64:]
+        if answer.finish == "done":  # the rest of the response: the server's own timings
+            tail = last + await reader.read()
+            match = _DONE.search(tail)
+            if match:
+                answer.timings_ms = json.loads(match.group(1)).get("timings_ms", {})
     finally:
         writer.close()
     return answer
@@ -349,6 +357,19 @@ class Run:
             for case, a in self.answers
             if a.ttft_s is not None and case in model.first_chunk_s
         ]
+
+    def server_timing_ms(self, key: str, model: TimedModel | None = None) -> list[float]:
+        """The server's own ``timings_ms[key]`` from each ``done`` (less the model's share, given ``model``)."""
+        return [
+            a.timings_ms[key] - (model.first_chunk_s.get(case, 0.0) * 1000 if model else 0.0)
+            for case, a in self.answers
+            if key in a.timings_ms
+        ]
+
+    def outside_ms(self) -> list[float]:
+        """Client-observed time to first token that the server's own ``first_token`` timing does not see:
+        the HTTP request up to accepting the question, the token's way out, the clients' own delays."""
+        return [a.ttft_s * 1000 - a.timings_ms["first_token"] for _, a in self.answers if a.ttft_s and a.timings_ms]
 
     @property
     def completed(self) -> int:
@@ -444,6 +465,10 @@ async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
                     f"clients + fake model (this process) {paced.harness_cpu_s / paced.elapsed_s:.0%} of a core, "
                     f"server {paced.cpu_s / paced.elapsed_s:.0%}"
                 )
+                inside = paced.server_timing_ms("first_token", model)
+                print(f"  inside the server (accepted to first token, less the model): {summary(inside)} ms")
+                print(f"  retrieval alone: {summary(paced.server_timing_ms('retrieval'))} ms")
+                print(f"  outside that (HTTP in, token out, clients): {summary(paced.outside_ms())} ms")
                 figures.append(Figure("chat: server-added TTFT p50, 50 paced", percentile(fifty, 50), "ms"))
                 figures.append(Figure("chat: server-added TTFT p99, 50 paced", percentile(fifty, 99), "ms", 100))
                 figures.append(Figure("chat: server CPU per 100-token answer, paced", cpu_paced, "ms"))
@@ -487,7 +512,19 @@ async def profiling(server: ServerProcess, output: Path | None) -> AsyncIterator
         yield
         return
     spy = subprocess.Popen(
-        ["py-spy", "record", "--nonblocking", "--pid", str(server.pid), "--rate", "250", "--format", "raw", "-o", str(output)],
+        [
+            "py-spy",
+            "record",
+            "--nonblocking",
+            "--pid",
+            str(server.pid),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "-o",
+            str(output),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
