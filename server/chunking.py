@@ -34,15 +34,15 @@ __all__ = ["Book", "Chunk", "Document", "Module", "Skipped", "TokenCounter", "re
 #   with each code fence cut to its head, at most CODE_HEAD_TOKENS word pieces of whole lines after
 #   the opening fence line).
 #   MiniLM is a sentence model: a listing's comments, imports and def names say what it is about;
-#   its body mostly costs inference time (code was 55% of the word pieces embedded).
+#   its body mostly costs inference time (code bodies were 53% of the word pieces embedded).
 # - content_hash covers the text and the embedding text, so a change to either recipe re-embeds;
 #   it leaves out chunk_index and the positions: moving a section or reordering the sidebar does
 #   not re-embed; ingest refreshes the payload of unchanged ids instead.
 
 TokenCounter = Callable[[str], int]
-# Word pieces of a code fence's body that are embedded densely (whole lines): about ten lines of code. 48 was
-# as fast to rank by and 12 s quicker to ingest, but weakened some passages' evidence enough to tip a
-# module-filter decision (README, "Confidence calibration").
+# Word pieces of a code fence's body that are embedded densely (whole lines): about ten lines of code. 48
+# ranked as well and ingested the shared book 12 s quicker, but weakened some passages' evidence enough to
+# tip a module-filter decision (README, "Evaluation").
 CODE_HEAD_TOKENS = 96
 CHUNK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://textbook-chat.invalid/chunks")
 _UNSTORED = frozenset({"embedding_text", "embedding_tokens"})
