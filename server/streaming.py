@@ -9,13 +9,12 @@ every payload is one ``json.dumps`` line, so nothing the model or the book says 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -34,19 +33,54 @@ COALESCE_S = 0.01  # tokens published within this window go out as one event
 RETRY_MS = 2000  # EventSource reconnect delay we ask browsers for
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     id: int
     event: EventType
     data: Mapping[str, Any]
+    json_line: str = ""  # the payload, encoded once however many readers the event goes to
+
+    def __post_init__(self) -> None:
+        if not self.json_line:
+            object.__setattr__(self, "json_line", _json_line(self.data))
 
     def sse(self, *, retry: int | None = None) -> ServerSentEvent:
         return ServerSentEvent(data=self.json_line, event=self.event, id=str(self.id), retry=retry)
 
-    @functools.cached_property
-    def json_line(self) -> str:
-        """The payload, encoded once however many readers the event goes to."""
-        return _json_line(self.data)
+
+class _Archive(Sequence[Event]):
+    """A finished stream's events, kept STREAM_TTL_S for readers who reconnect, as plain
+    ``(id, event, json_line)`` tuples.
+
+    The garbage collector stops tracking tuples of strings and numbers, so the streams kept for an hour no
+    longer lengthen every full collection: as live ``Event`` objects they made it walk every event of
+    every recent answer, pausing the event loop for 100 ms and more (bench/chat.py). An event is rebuilt
+    when a late reader asks for it.
+    """
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self._rows = [(e.id, e.event, e.json_line) for e in events]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | Sequence[Event]:
+        if isinstance(index, slice):
+            return [_revive(row) for row in self._rows[index]]
+        return _revive(self._rows[index])
+
+
+def _revive(row: tuple[int, EventType, str]) -> Event:
+    event_id, event, line = row
+    return Event(event_id, event, json.loads(line), line)
 
 
 @dataclass
@@ -55,7 +89,7 @@ class MessageStream:
 
     message_id: str
     grace_s: float
-    events: list[Event] = field(default_factory=list)
+    events: Sequence[Event] = field(default_factory=list)  # a list while live, then an _Archive
     task: asyncio.Task[None] | None = None
     created_at: float = field(default_factory=time.monotonic)
     finished_at: float | None = None
@@ -166,6 +200,7 @@ class MessageStream:
         )
 
     def _append(self, event: EventType, data: Mapping[str, Any]) -> Event:
+        assert isinstance(self.events, list), "a finished stream takes no events"
         entry = Event(id=len(self.events) + 1, event=event, data=data)
         self.events.append(entry)
         if self.on_event is not None:
@@ -173,6 +208,7 @@ class MessageStream:
         if event in TERMINAL:
             self.finished_at = time.monotonic()
             self._stop_grace()
+            self.events = _Archive(self.events)
         self._changed.set()
         return entry
 

@@ -8,6 +8,7 @@ The whole chat pipeline over HTTP (and the reader who leaves mid-answer) is in t
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 from collections.abc import AsyncIterator, Callable
@@ -81,6 +82,25 @@ async def test_one_terminal_event_ends_the_stream_and_nothing_follows_it(termina
     events = await read(stream)
     assert [e.event for e in events] == ["meta", "token", terminal]
     assert stream.finished and stream.text() == "partial"
+
+
+async def test_a_finished_stream_keeps_its_events_where_the_garbage_collector_does_not_walk() -> None:
+    """Streams are kept for STREAM_TTL_S after they end; as tracked objects their events made every full
+    collection longer (100 ms and more with a few hundred recent answers). Kept, they read back the same."""
+    stream = MessageStream("m1", grace_s=0)
+    stream.publish("meta", {"message_id": "m1", "scope": {"searched": "all"}})
+    for n in range(50):
+        stream.publish("token", {"text": f"word {n}\u2028"})
+    live = list(stream.events)
+    finish(stream)
+    gc.collect()
+    kept = await read(stream)
+    assert [(e.id, e.event, e.data, e.json_line) for e in kept] == [
+        *[(e.id, e.event, e.data, e.json_line) for e in live],
+        (52, "done", {"message_id": "m1"}, '{"message_id": "m1"}'),
+    ]
+    (rows,) = [r for r in gc.get_referents(stream.events) if isinstance(r, list)]
+    assert len(rows) == 52 and not any(gc.is_tracked(row) for row in rows)
 
 
 async def test_a_subscriber_waits_for_live_events_and_stops_at_the_terminal_one() -> None:
