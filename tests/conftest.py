@@ -100,16 +100,11 @@ def chat_server(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Chat:
     @asynccontextmanager
     async def start(*, llm: bool = False, **env: str) -> AsyncIterator[tuple[httpx.AsyncClient, FakeOpenAI]]:
         fake = FakeOpenAI()
-        data_dir = copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")
         async with serving(fake.app()) as llm_url:
             values = {
-                "DATA_DIR": str(data_dir),
-                "DATABASE_URL": clean_db,
-                "LOG_FORMAT": "text",
+                **demo_env(demo_index_dir, tmp_path, clean_db, llm_url if llm else None),
                 "STREAM_GRACE_S": "0",
                 "LLM_TIMEOUT_S": "1",
-                "EMBEDDER": "local",
-                **({"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"{llm_url}/v1"} if llm else {}),
                 **env,
             }
             app = create_app(Settings.from_env(values))
@@ -117,6 +112,18 @@ def chat_server(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Chat:
                 yield client, fake
 
     return start
+
+
+def demo_env(demo_index_dir: Path, tmp_path: Path, database_url: str, llm_url: str | None) -> dict[str, str]:
+    """What every test server over the demo index is given: its own copy of the index, the test database,
+    the local embedder, text logs and, with ``llm_url``, the fake model."""
+    return {
+        "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")),
+        "DATABASE_URL": database_url,
+        "LOG_FORMAT": "text",
+        "EMBEDDER": "local",
+        **({"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"{llm_url}/v1"} if llm_url else {}),
+    }
 
 
 def new_id() -> uuid.UUID:

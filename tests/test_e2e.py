@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import socket
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -24,7 +23,7 @@ import uvicorn
 
 from server.app import create_app
 from server.settings import Settings
-from tests.conftest import DEMO_BOOK, ROOT, copy_index
+from tests.conftest import DEMO_BOOK, ROOT, demo_env
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import serving
 
@@ -110,16 +109,10 @@ def stack(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Stack:
     @asynccontextmanager
     async def start(*, ingest: bool = True, **env: str) -> AsyncIterator[tuple[str, FakeOpenAI]]:
         fake = FakeOpenAI(default=ok(ANSWER, token_delay_s=0.03))
-        data_dir = copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")
         async with serving(fake.app()) as llm_url:
             values = {
-                "DATA_DIR": str(data_dir),
-                "DATABASE_URL": clean_db,
-                "LOG_FORMAT": "text",
+                **demo_env(demo_index_dir, tmp_path, clean_db, llm_url),
                 "LOG_LEVEL": "warning",
-                "EMBEDDER": "local",
-                "OPENAI_API_KEY": "sk-test",
-                "OPENAI_BASE_URL": f"{llm_url}/v1",
                 "RATE_LIMIT_ANON": "100/hour",
                 "STREAM_GRACE_S": "0",
                 **env,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ from starlette.applications import Starlette
 from server.app import create_app
 from server.cli import SHUTDOWN_FLUSH_S
 from server.settings import Settings
-from tests.conftest import copy_index
+from tests.conftest import copy_index, demo_env
 from tests.fake_openai import Behaviour, FakeOpenAI
 from tests.servers import server_process, serving
 from tests.sse_client import SSEEvent, answer_text, events, of_type
@@ -45,17 +44,8 @@ def chat_server(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Server:
     @asynccontextmanager
     async def start(**env: str) -> AsyncIterator[tuple[httpx.AsyncClient, FakeOpenAI, Starlette]]:
         fake = FakeOpenAI()
-        data_dir = copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")
         async with serving(fake.app()) as llm_url:
-            values = {
-                "DATA_DIR": str(data_dir),
-                "DATABASE_URL": clean_db,
-                "LOG_FORMAT": "text",
-                "EMBEDDER": "local",
-                "OPENAI_API_KEY": "sk-test",
-                "OPENAI_BASE_URL": f"{llm_url}/v1",
-                **env,
-            }
+            values = {**demo_env(demo_index_dir, tmp_path, clean_db, llm_url), **env}
             app = create_app(Settings.from_env(values))
             async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
                 yield client, fake, app
