@@ -21,7 +21,17 @@ from server import logs, metrics
 from server.capabilities import Capabilities
 from server.errors import Conflict, DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
 from server.faq import Faq
-from server.generation import Finished, GenerationRequest, Generator, GenNotice, Token, Turn, Usage, cited_numbers
+from server.generation import (
+    Finished,
+    GenerationRequest,
+    Generator,
+    GenNotice,
+    Token,
+    Turn,
+    Usage,
+    cited_numbers,
+    invalid_markers,
+)
 from server.retrieval import Retrieval, Retriever, Source
 from server.schemas import ChatRequest
 from server.store import Citation, Completion, Exchange, Store
@@ -63,6 +73,8 @@ class _Session:
 _NOTICE_HISTORY_OFF = "Chat history is off on this server, so this conversation will not be saved."
 _NOTICE_HISTORY_DOWN = "Your conversation can't be saved right now; the answer itself is not affected."
 _NOTICE_OFFLINE = "No AI model is configured, so this answer quotes the most relevant passages of the book."
+_NOTICE_UNCITED = "This answer does not cite the book, so check it against the sections listed below."
+_NOTICE_BAD_MARKERS = "This answer cites a source number that was not among its sources; those markers are not links."
 _NOTICE_FAQ = "The textbook search is unavailable right now, so here are the closest FAQ entries."
 
 
@@ -285,6 +297,7 @@ class _RunState:
     status: str = "complete"
     sources: tuple[Source, ...] = ()
     cited: tuple[int, ...] = ()
+    invalid_markers: tuple[int, ...] = ()
     confidence: float | None = None
     model: str | None = None
     usage: Usage | None = None
@@ -323,6 +336,17 @@ def _open(
         stream.publish("notice", {"code": code, "message": message})
 
 
+def _check_citations(stream: MessageStream, retrieval: Retrieval, state: _RunState) -> None:
+    """A model's answer that cites no source, or cites a number it was not given, is said to be so."""
+    state.invalid_markers = tuple(invalid_markers(stream.text(), range(1, len(retrieval.sources) + 1)))
+    uncited = not state.cited and bool(retrieval.sources) and retrieval.mode != "selection"
+    if not (uncited or state.invalid_markers):
+        return
+    message = _NOTICE_UNCITED if uncited else _NOTICE_BAD_MARKERS
+    metrics.notice("uncited")
+    stream.publish("notice", {"code": "uncited", "message": message})
+
+
 def _done(stream: MessageStream, finish_reason: str, state: _RunState, timings: dict[str, float]) -> None:
     usage = state.usage or Usage(0, 0)
     stream.publish(
@@ -331,6 +355,7 @@ def _done(stream: MessageStream, finish_reason: str, state: _RunState, timings: 
             "message_id": stream.message_id,
             "finish_reason": finish_reason,
             "cited": list(state.cited),
+            "invalid_markers": list(state.invalid_markers),
             "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
             "timings_ms": timings,
         },
@@ -428,6 +453,8 @@ async def _answer(
     finally:
         await events.aclose()  # type: ignore[attr-defined]  # closes the upstream HTTP stream at once
     state.cited = tuple(cited_numbers(stream.text(), len(retrieval.sources)))
+    if chat.llm_enabled:
+        _check_citations(stream, retrieval, state)
     total_ms = (time.perf_counter() - started) * 1000
     timings = {
         "retrieval": retrieval.timings_ms.get("retrieval", 0.0),

@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
@@ -131,15 +131,25 @@ def _limits(max_connections: int) -> Any:
 _MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
 
 
-def cited_numbers(text: str, n_sources: int) -> list[int]:
-    """Source numbers cited as ``[n]`` / ``[n, m]`` in ``text``, in order of first use, within 1..n_sources."""
+def markers(text: str) -> list[int]:
+    """Every number cited as ``[n]`` / ``[n, m]`` in ``text``, in order of first use, valid or not."""
     seen: list[int] = []
     for match in _MARKER.finditer(text):
         for part in match.group(1).split(","):
             n = int(part)
-            if 1 <= n <= n_sources and n not in seen:
+            if n not in seen:
                 seen.append(n)
     return seen
+
+
+def cited_numbers(text: str, n_sources: int) -> list[int]:
+    """Source numbers cited in ``text``, in order of first use, within 1..n_sources."""
+    return [n for n in markers(text) if 1 <= n <= n_sources]
+
+
+def invalid_markers(text: str, valid: Collection[int]) -> list[int]:
+    """Numbers cited in ``text`` that are not among ``valid`` (a model citing a source it was not given)."""
+    return [n for n in markers(text) if n not in valid]
 
 
 # -- the chat model ------------------------------------------------------------------------------------

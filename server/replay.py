@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from server import confidence
+from server.generation import invalid_markers
 from server.store import MessageRow
 from server.streaming import Event
 
@@ -66,6 +67,9 @@ def _done(message: MessageRow, finish_reason: str) -> dict[str, Any]:
         "message_id": str(message.id),
         "finish_reason": "declined" if message.model == "decline" else finish_reason,
         "cited": [c.position for c in message.citations],
+        "invalid_markers": invalid_markers(message.content or "", {c.position for c in message.citations})
+        if message.model not in (None, "decline", "extractive", "faq")
+        else [],
         "usage": {
             "prompt_tokens": message.prompt_tokens or 0,
             "completion_tokens": message.completion_tokens or 0,

@@ -140,6 +140,36 @@ async def test_model_output_cannot_forge_sse_fields(chat_server: Chat) -> None:
     assert of_type(stream, "done")[0]["finish_reason"] == "stop"
 
 
+async def test_a_model_answer_that_cites_nothing_says_so(chat_server: Chat) -> None:
+    async with chat_server(llm=True) as (client, fake):
+        fake.default = ok("Balance comes from feedback, as every walking robot shows.")
+        stream = await ask(client)
+    assert_protocol(stream)
+    assert notice_codes(stream) == ["uncited"]
+    done = of_type(stream, "done")[0]
+    assert done["cited"] == [] and done["invalid_markers"] == []
+
+
+async def test_a_marker_outside_the_sources_is_reported_and_not_a_citation(chat_server: Chat, clean_db: str) -> None:
+    async with chat_server(llm=True) as (client, fake):
+        fake.default = ok("Balance comes from feedback [1], and from the ankles [9].")
+        stream = await ask(client)
+        meta = stream[0].json()
+        replayed = await read_all(client, "GET", meta["stream_url"])
+    assert notice_codes(stream) == ["uncited"]
+    done = of_type(stream, "done")[0]
+    assert done["cited"] == [1] and done["invalid_markers"] == [9]
+    assert of_type(replayed, "done")[0]["invalid_markers"] == [9]  # a reconnect sees the same
+
+
+async def test_a_well_cited_model_answer_has_no_uncited_notice(chat_server: Chat) -> None:
+    async with chat_server(llm=True) as (client, fake):
+        fake.default = ok("Balance comes from feedback [1] and from the ankles [2].")
+        stream = await ask(client)
+    assert "uncited" not in notice_codes(stream)
+    assert of_type(stream, "done")[0]["invalid_markers"] == []
+
+
 async def test_an_out_of_scope_question_is_declined_with_related_sections(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         stream = await ask(client, OUT_OF_SCOPE)

@@ -19,6 +19,7 @@ from server.generation import (
     OpenAIGenerator,
     Token,
     cited_numbers,
+    invalid_markers,
     sentences,
 )
 from server.retrieval import Source
@@ -74,6 +75,18 @@ def text_of(events: list[GenEvent]) -> str:
 )
 def test_cited_numbers_are_the_valid_markers_in_order_of_first_use(text: str, n: int, expected: list[int]) -> None:
     assert cited_numbers(text, n) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("A [1] and B [2].", []),
+        ("A [1], then [7] and [0, 2].", [7, 0]),
+        ("No markers at all.", []),
+    ],
+)
+def test_invalid_markers_are_the_numbers_not_among_the_sources(text: str, expected: list[int]) -> None:
+    assert invalid_markers(text, range(1, 3)) == expected
 
 
 def test_sentences_skip_code_headings_and_fragments() -> None:
