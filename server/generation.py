@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from server import prompts, sparse
+from server import passages, prompts, sparse
 from server.prompts import PromptSource, Turn
 from server.tokens import TokenCounter, counter_for_model
 
@@ -368,9 +368,10 @@ class ExtractiveGenerator:
         if not request.sources:
             return "I couldn't find passages in the textbook that answer this."
         candidates = [
-            _score(sentence, wanted, source.n, position)
+            _score(sentence, wanted, source.n, position, weight=1.0 if source.kind == "teaching" else 0.5)
             for source in request.sources
             for position, sentence in enumerate(sentences(source.text))
+            if not passages.is_not_teaching(sentence, source.kind)
         ]
         chosen = _choose(candidates)
         if not chosen:
@@ -384,6 +385,7 @@ class ExtractiveGenerator:
         candidates = [
             _score(sentence, wanted, cite, position)
             for position, sentence in enumerate(sentences(request.selected_text))
+            if not passages.is_not_teaching(sentence, "teaching")
         ]
         relevant = [c for c in candidates if c.score > 0]
         if not relevant:
@@ -409,10 +411,11 @@ def sentences(text: str) -> list[str]:
     return result
 
 
-def _score(sentence: str, wanted: set[str], n: int | None, position: int) -> _Sentence:
+def _score(sentence: str, wanted: set[str], n: int | None, position: int, weight: float = 1.0) -> _Sentence:
+    """Keyword overlap with the question; ``weight`` < 1 for a quiz's or an exercise's own explanations."""
     terms = set(sparse.terms(sentence))
     overlap = len(wanted & terms)
-    score = overlap / math.sqrt(len(terms) or 1) if overlap else 0.0
+    score = weight * overlap / math.sqrt(len(terms) or 1) if overlap else 0.0
     if score:
         score += 0.15 / (n or 1) + 0.05 / (1 + position)  # earlier sources and opening sentences break ties
     return _Sentence(sentence, n, position, score)

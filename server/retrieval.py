@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import anyio
 
-from server import confidence, sparse
+from server import confidence, passages, sparse
 from server.confidence import Calibration, Level
 from server.embeddings import Embedder
 from server.index import Hit, VectorIndex
@@ -29,7 +29,6 @@ CONTEXT_BUDGET_TOKENS = 3000
 RELATED_K = 3
 _KEYWORD_WEIGHT = 0.2  # how much covering the question's keywords lifts a candidate's dense score
 _DUPLICATE_OVERLAP = 0.6  # word-set overlap above which two chunks say the same thing
-_QUESTION_PENALTY = 0.1  # how much a passage of questions and answer options is pushed down
 _SELECTION_BOOST = 0.3
 _EXCERPT_CHARS = 240
 # Up to this many chunks the in-process search and rerank take under a millisecond (0.45 ms for the shared
@@ -56,6 +55,7 @@ class Source:
     excerpt: str
     text: str
     token_count: int
+    kind: passages.Kind = "teaching"
 
     def event(self) -> dict[str, Any]:
         """The ``sources`` event entry (DESIGN.md SSE protocol)."""
@@ -309,8 +309,8 @@ class _Query:
 
 
 def _rank(hits: Sequence[Hit], query: _Query, snapshot: Snapshot | None) -> list[_Candidate]:
-    """Rerank: dense similarity leads; covering the question's keywords lifts a passage; a passage made of
-    questions (a quiz, an exercise list) resembles the question without answering it, so it is pushed down."""
+    """Rerank: dense similarity leads; covering the question's keywords lifts a passage; a quiz or an exercise
+    resembles the question without answering it, so it is pushed down (``passages.py``)."""
     index_of = snapshot.position if snapshot else {}
     candidates = []
     for position, hit in enumerate(hits):
@@ -322,9 +322,7 @@ def _rank(hits: Sequence[Hit], query: _Query, snapshot: Snapshot | None) -> list
         )
         coverage = len(query.keywords & terms) / len(query.keywords) if query.keywords else 0.0
         relevance = min(1.0, hit.dense_score + _KEYWORD_WEIGHT * coverage)
-        rank_score = (
-            relevance - _QUESTION_PENALTY * question_share(str(hit.payload.get("text", ""))) + 0.02 / (1 + position)
-        )
+        rank_score = relevance - passages.rank_penalty(hit.payload, query.text) + 0.02 / (1 + position)
         candidates.append(_Candidate(hit=hit, rank_score=rank_score, relevance=relevance, terms=terms))
     candidates.sort(key=lambda c: c.rank_score, reverse=True)
     return candidates
@@ -400,6 +398,7 @@ def _sources(kept: Sequence[_Candidate]) -> tuple[Source, ...]:
                 excerpt=excerpt(text),
                 text=text,
                 token_count=int(p.get("token_count", 0)),
+                kind=passages.kind_of(p),
             )
         )
     return tuple(sources)
@@ -413,15 +412,6 @@ def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
     if len(prose) <= limit:
         return prose
     return prose[:limit].rsplit(" ", 1)[0] + "…"
-
-
-def question_share(text: str) -> float:
-    """The share of a passage's lines that ask a question or offer a lettered answer option."""
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    if not lines:
-        return 0.0
-    asking = sum(1 for line in lines if line.endswith("?") or _OPTION.match(line))
-    return asking / len(lines)
 
 
 def _overlap(a: set[str], b: set[str]) -> float:
@@ -442,6 +432,5 @@ def _held(selection: set[tuple[str, ...]], text: str) -> float:
 
 
 _WORD = re.compile(r"\w+")
-_OPTION = re.compile(r"^(?:[-*]\s*)?(?:\(?[a-eA-E][).]|\[[ xX]\])\s")
 _FENCE = re.compile(r"```.*?(```|$)|~~~.*?(~~~|$)", re.S)
 _MARKS = re.compile(r"[#*_`>|]|\[(?=[^\]]*\]\()|\]\([^)]*\)")

@@ -6,6 +6,7 @@ The OpenAI path runs against tests/fake_openai.py on a real socket through the r
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import openai
 import pytest
@@ -106,6 +107,29 @@ async def test_the_extractive_answer_quotes_the_matching_sentences_with_markers(
     assert "ROS 2" not in text  # nothing of an unrelated source
     assert isinstance(events[-1], Finished) and events[-1].model == "extractive"
     assert cited_numbers(text, 2) == [1]
+
+
+async def test_the_extractive_answer_never_quotes_a_quiz_item_or_an_option_as_teaching() -> None:
+    quiz = replace(
+        source(
+            1,
+            "### Question 12\nWhat does the Zero Moment Point tell a walking humanoid?\n"
+            "a) The point where all external forces are zero on the walking humanoid\n"
+            "b) The point where the Zero Moment Point tells the ground reaction moment is zero\n"
+            "**Answer**: b, the Zero Moment Point tells where the tipping moment of the ground reaction vanishes.",
+        ),
+        kind="assessment",
+    )
+    request = GenerationRequest(
+        question="What does the Zero Moment Point tell a walking humanoid?",
+        sources=[quiz, replace(ZMP, n=2)],
+        history=[],
+        mode="textbook",
+    )
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert "support polygon" in text  # the teaching passage answers
+    assert "Question 12" not in text and "a)" not in text and "b)" not in text and "?" not in text
+    assert "Answer" not in text
 
 
 async def test_an_extractive_selection_answer_says_when_the_selection_does_not_answer() -> None:

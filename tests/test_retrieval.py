@@ -17,7 +17,7 @@ from server import evaluate, ingest, sparse
 from server.confidence import Calibration
 from server.index import VectorIndex
 from server.local_search import Snapshot
-from server.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt, question_share
+from server.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
 from server.services import open_services
 from server.settings import Settings
 from server.tokens import TokenCounter
@@ -133,6 +133,28 @@ async def test_near_duplicate_chunks_do_not_crowd_out_the_rest(tmp_path: Path) -
     copies = [s for s in result.candidates if "dupaword" in s.text]
     assert len(copies) == 1
     assert any(s.heading_path[-1] == "Other" for s in result.candidates)
+
+
+async def test_the_chapter_that_teaches_outranks_the_quiz_that_restates_the_question(tmp_path: Path) -> None:
+    book = tmp_path / "book"
+    (book / "docs" / "m1").mkdir(parents=True)
+    (book / "docs" / "m1" / "gears.md").write_text(
+        "# Gears\n\n" + _section("Ratios", GEAR, "multiplies output force", *_filler("t", 2)), encoding="utf-8"
+    )
+    quiz = "# Quiz\n\n## Question 1\n\nWhat does a gearbox torque ratio do?\na) gearbox torque\nb) ratio torque\n"
+    (book / "docs" / "m1" / "quiz.md").write_text(quiz, encoding="utf-8")
+    index = VectorIndex.from_settings(Settings.from_env({"DATA_DIR": str(tmp_path / "data")}))
+    try:
+        await ingest.run(book, index, WordEmbedder(), base_url="http://book.test")
+        retriever = Retriever(index, WordEmbedder(), SCALE)
+        taught = await retriever.retrieve("What does a gearbox torque ratio do?")
+        practised = await retriever.retrieve("Which quiz asks what a gearbox torque ratio does?")
+    finally:
+        await index.close()
+    assert taught.candidates[1].kind == "assessment"
+    assert taught.candidates[1].score > taught.candidates[0].score  # closer in meaning, yet second
+    assert taught.candidates[0].title == "Ratios"
+    assert practised.candidates[0].kind == "assessment"  # a reader who asks for the quiz gets it
 
 
 async def test_sources_fit_the_context_budget_best_first(tmp_path: Path) -> None:
@@ -333,19 +355,6 @@ async def test_a_qdrant_server_path_retrieves_what_the_in_process_path_does_on_a
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "share"),
-    [
-        ("### Question 4\n\nWhat are the parts of an action?\na) Goal\nb) Result\nc) Feedback", 1.0),
-        ("Actions have a goal, a result and feedback.\nThey can be cancelled.", 0.0),
-        ("Why does this matter?\nBecause latency adds up.", 0.5),
-        ("", 0.0),
-    ],
-)
-def test_question_share_measures_how_much_of_a_passage_asks_rather_than_tells(text: str, share: float) -> None:
-    assert question_share(text) == pytest.approx(share)
 
 
 def test_an_excerpt_is_plain_prose_cut_at_a_word() -> None:
