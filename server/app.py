@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server import api, ingest, logs, metrics, openapi, webapp
+from server import admin, api, ingest, logs, metrics, openapi, webapp
 from server.errors import AppError, MethodNotAllowed, NotFound, PayloadTooLarge
 from server.retrieval import Retriever
 from server.services import Services, open_services
@@ -92,6 +92,7 @@ def create_app(
         Route("/api/sessions/{session_id}/messages", api.session_messages, methods=["GET"]),
         Route("/api/sessions/{session_id}", api.delete_session, methods=["DELETE"]),
         Route("/api/messages/{message_id}/feedback", api.feedback, methods=["POST"]),
+        *admin.routes(),  # the authors' report, behind ADMIN_TOKEN
         *webapp.routes(settings),  # the demo page, the book's pages (/docs/...) and the panel's assets
     ]
     app = Starlette(

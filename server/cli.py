@@ -14,12 +14,14 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from server import __version__, logs
 from server.errors import AppError
 from server.settings import Settings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[1]
+_REPORT_TIMEOUT_S = 600.0  # the report reads every question of the period and may embed the new ones
 
 
 class UsageError(Exception):
@@ -72,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     purge.add_argument("--days", type=int, default=None, help="override SESSION_RETENTION_DAYS")
     purge.add_argument("--batch-size", type=int, default=1000, help="sessions per transaction (default: 1000)")
     purge.set_defaults(run=_purge)
+
+    report = commands.add_parser("report", help="what readers ask that the book does not answer, and how it is used")
+    report.add_argument("--since", default="30d", metavar="DAYS", help="the period, e.g. 7d or 90d (default: 30d)")
+    report.add_argument("--html", type=Path, default=None, metavar="PATH", help="also write the report as one page")
+    report.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write its figures as JSON")
+    report.set_defaults(run=_report)
 
     evaluate = commands.add_parser("eval", help="measure retrieval on a question set (hit@k, MRR, declines, scope)")
     evaluate.add_argument(
@@ -218,13 +226,75 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--days and --batch-size must be at least 1")
 
     async def run() -> int:
-        async with open_services(settings.replace(redis_url=None)) as services:
-            assert services.store is not None
-            return await services.store.purge(retention_days=days, batch_size=args.batch_size)
+        from server import report
+        from server.embeddings import create_embedder
+
+        embedder = create_embedder(settings)  # the fold groups purged gap questions into topics by meaning
+        try:
+            async with open_services(settings.replace(redis_url=None)) as services:
+                assert services.store is not None
+
+                async def fold(conn: Any, session_ids: list[Any]) -> None:
+                    await report.fold(conn, embedder, session_ids)
+
+                return await services.store.purge(retention_days=days, batch_size=args.batch_size, before_delete=fold)
+        finally:
+            await embedder.aclose()
 
     deleted = asyncio.run(run())
     print(f"purged {deleted} session(s) idle for more than {days} day(s)")
     return 0
+
+
+def _report(args: argparse.Namespace, settings: Settings) -> int:
+    from server import report, report_views
+    from server.index import IndexLocked
+    from server.report import period_days as report_period
+    from server.retrieval import Retriever
+    from server.services import open_services
+
+    if not settings.database_url:
+        raise UsageError("DATABASE_URL is not set: the report reads the questions stored in Postgres.")
+    try:
+        days = report_period(args.since)
+    except ValueError as exc:
+        raise UsageError(f"--since: {exc}") from None
+
+    async def run() -> report.Report:
+        async with open_services(settings.replace(redis_url=None), retrieval=True) as services:
+            assert services.store is not None and services.index is not None and services.embedder is not None
+            retriever: Retriever | None = None
+            try:
+                if await services.index.exists():
+                    retriever = Retriever(services.index, services.embedder)
+            except IndexLocked:
+                pass  # a running server holds the embedded index: GET /api/admin/report has the sections
+            async with services.store.connection(timeout_s=_REPORT_TIMEOUT_S) as conn:
+                return await report.build(
+                    conn,
+                    services.embedder,
+                    days=days,
+                    retention_days=settings.session_retention_days,
+                    retriever=retriever,
+                )
+
+    result = asyncio.run(run())
+    print(report_views.text(result))
+    if args.html is not None:
+        _write_file(args.html, report_views.html(result))
+        print(f"wrote {args.html}")
+    if args.json is not None:
+        _write_file(args.json, json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _write_file(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _eval(args: argparse.Namespace, settings: Settings) -> int:

@@ -35,6 +35,7 @@ Reason = Literal["declined", "low", "rated_down"]
 MAX_TOPICS = 25  # topics listed; the rest are counted in ``more_topics``
 SECTIONS_FOR = 12  # topics (the largest) that get their closest sections looked up
 EXAMPLES = 3
+MAX_DAYS = 3660
 _EMBED_BATCH = 256
 
 # One row per question in the period, with what became of its answer (the next message of its session).
@@ -152,6 +153,14 @@ class _Question:
     retained: bool
     reasons: tuple[Reason, ...]
     text: str = ""
+
+
+def period_days(value: str) -> int:
+    """``30d`` or ``30`` -> 30 (1 to 3660 days); ValueError with a sentence otherwise."""
+    text = value.strip().lower().removesuffix("d")
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_DAYS:
+        raise ValueError(f"{value[:20]!r} is not a period: expected a number of days such as 30d (1 to {MAX_DAYS})")
+    return int(text)
 
 
 def gap_reasons(model: str | None, confidence_value: float | None, feedback: str | None) -> tuple[Reason, ...]:

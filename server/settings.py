@@ -70,6 +70,7 @@ class Settings:
     rate_limit_read: str = "120/minute"
     auth_jwt_secret: Secret | None = None
     auth_jwks_url: str | None = None
+    admin_token: Secret | None = None  # ADMIN_TOKEN: opens GET /api/admin/report and /admin/report; unset = 404
     session_retention_days: int = 30
     faq_path: Path = Path("faq/faq.json")
     book_path: Path | None = None
@@ -117,6 +118,7 @@ class Settings:
             rate_limit_read=r.rate("RATE_LIMIT_READ", cls.rate_limit_read),
             auth_jwt_secret=r.secret("AUTH_JWT_SECRET"),
             auth_jwks_url=r.url("AUTH_JWKS_URL", schemes=("http", "https")),
+            admin_token=r.secret("ADMIN_TOKEN"),
             session_retention_days=r.number("SESSION_RETENTION_DAYS", int, cls.session_retention_days, minimum=1),
             faq_path=r.path("FAQ_PATH", cls.faq_path),
             book_path=r.optional_path("BOOK_PATH"),
@@ -136,6 +138,8 @@ class Settings:
             shutdown_grace_s=r.number("SHUTDOWN_GRACE_S", float, cls.shutdown_grace_s, minimum=0),
             metrics_dir=r.optional_path("PROMETHEUS_MULTIPROC_DIR"),
         )
+        if settings.admin_token is not None and len(settings.admin_token.reveal()) < 16:
+            raise SettingsError("ADMIN_TOKEN is too short: use at least 16 random characters (openssl rand -hex 24)")
         if "QDRANT_PATH" not in env and "DATA_DIR" in env:
             # An explicit DATA_DIR moves the embedded index with it unless QDRANT_PATH says otherwise.
             settings = settings.replace(qdrant_path=settings.data_dir / "qdrant")

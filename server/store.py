@@ -14,7 +14,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -390,10 +390,18 @@ class Store:
 
     # -- retention --------------------------------------------------------------------------------
 
-    async def purge(self, *, retention_days: int, batch_size: int = 1000) -> int:
+    async def purge(
+        self,
+        *,
+        retention_days: int,
+        batch_size: int = 1000,
+        before_delete: Callable[[psycopg.AsyncConnection[Any], list[uuid.UUID]], Awaitable[object]] | None = None,
+    ) -> int:
         """Delete sessions idle longer than ``retention_days``, ``batch_size`` per transaction.
 
         SKIP LOCKED lets two purges run at once without waiting on each other or deleting twice.
+        ``before_delete`` runs in each batch's transaction with the sessions about to go (the report's
+        fold keeps their numbers): if it fails, nothing of that batch is deleted.
         """
         total = 0
         while True:
@@ -403,20 +411,29 @@ class Store:
                 )
                 cur = await conn.execute(
                     """
-                    DELETE FROM chat_sessions WHERE id IN (
-                        SELECT id FROM chat_sessions
-                        WHERE last_activity_at < now() - make_interval(days => %s)
-                        ORDER BY last_activity_at
-                        LIMIT %s
-                        FOR UPDATE SKIP LOCKED
-                    )
+                    SELECT id FROM chat_sessions
+                    WHERE last_activity_at < now() - make_interval(days => %s)
+                    ORDER BY last_activity_at
+                    LIMIT %s
+                    FOR UPDATE SKIP LOCKED
                     """,
                     (retention_days, batch_size),
                 )
-            total += cur.rowcount
-            if cur.rowcount < batch_size:
+                ids = [row[0] for row in await cur.fetchall()]
+                if ids and before_delete is not None:
+                    await before_delete(conn, ids)
+                if ids:
+                    await conn.execute("DELETE FROM chat_sessions WHERE id = ANY(%s)", (ids,))
+            total += len(ids)
+            if len(ids) < batch_size:
                 metrics.purged(total)
                 return total
+
+    @asynccontextmanager
+    async def connection(self, *, timeout_s: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection for read-mostly tools (the report); committed when the block ends."""
+        async with self._conn(timeout_s=timeout_s) as conn:
+            yield conn
 
     # -- helpers ----------------------------------------------------------------------------------
 

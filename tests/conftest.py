@@ -66,7 +66,10 @@ def database_url() -> Iterator[str]:
 @pytest.fixture
 def clean_db(database_url: str) -> str:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("TRUNCATE chat_sessions, chat_messages, source_citations")
+        conn.execute(
+            "TRUNCATE chat_sessions, chat_messages, source_citations, question_vectors, "
+            "gap_topics, gap_topic_days, question_days"
+        )
     return database_url
 
 

@@ -45,6 +45,11 @@ def test_upgrade_downgrade_upgrade_round_trip(scratch_url: str) -> None:
         "model", "prompt_tokens", "completion_tokens", "latency_ms", "feedback", "feedback_comment",
         "client_request_id", "created_at",
     } == _columns(scratch_url, "chat_messages")  # fmt: skip
+    report_tables = {"question_vectors", "gap_topics", "gap_topic_days", "question_days"}
+    assert report_tables <= _tables(scratch_url)
+    command.downgrade(config, "0001")
+    assert not report_tables & _tables(scratch_url)
+    assert {"chat_sessions", "chat_messages", "source_citations"} <= _tables(scratch_url)
     command.downgrade(config, "base")
     assert not {"chat_sessions", "chat_messages", "source_citations"} & _tables(scratch_url)
     command.upgrade(config, "head")
