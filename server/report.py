@@ -13,7 +13,6 @@ carries session ids, user ids, tokens or addresses.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ MAX_TOPICS = 25  # topics listed; the rest are counted in ``more_topics``
 SECTIONS_FOR = 12  # topics (the largest) that get their closest sections looked up
 EXAMPLES = 3
 MAX_DAYS = 3660
+_NEAR_COPY = 0.9  # cosine above which two example questions say the same thing
 _EMBED_BATCH = 256
 
 # One row per question in the period, with what became of its answer (the next message of its session).
@@ -384,20 +384,19 @@ async def _gap_topics(
 def _examples(
     rows: Sequence[_Question], vectors: np.ndarray[Any, np.dtype[np.float32]], centre: np.ndarray[Any, Any]
 ) -> list[str]:
-    """Up to three distinct questions from sessions inside retention, the most typical of the topic first."""
+    """Up to three questions from sessions inside retention: the most typical first, then ones that say it
+    differently (a near-copy of one already chosen is skipped)."""
     order = np.argsort(-(vectors @ centre), kind="stable")
-    chosen: list[str] = []
-    seen: set[str] = set()
-    for i in order:
-        q = rows[int(i)]
-        key = re.sub(r"\W+", " ", q.text.lower()).strip()
-        if not q.retained or not key or key in seen:
+    chosen: list[int] = []
+    for i in (int(i) for i in order):
+        if not rows[i].retained or not rows[i].text.strip():
             continue
-        seen.add(key)
-        chosen.append(q.text if len(q.text) <= 300 else q.text[:297] + "...")
+        if any(float(vectors[i] @ vectors[j]) > _NEAR_COPY for j in chosen):
+            continue
+        chosen.append(i)
         if len(chosen) == EXAMPLES:
             break
-    return chosen
+    return [rows[i].text if len(rows[i].text) <= 300 else rows[i].text[:297] + "..." for i in chosen]
 
 
 async def _add_purged_topics(

@@ -90,7 +90,8 @@ main { max-width: 1040px; margin: 0 auto; padding: 32px 20px 64px; }
 h1 { font-size: 26px; margin: 0 0 4px; } h2 { font-size: 19px; margin: 36px 0 12px; }
 .muted { color: var(--muted); } a { color: var(--accent); }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(180px, 1fr)); gap: 12px; margin-top: 20px; }
-.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 14px 16px; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 14px 16px;
+  overflow-x: auto; min-width: 0; }
 .big { font-size: 28px; font-weight: 650; } .topic { margin-bottom: 12px; }
 .topic header { display: flex; gap: 12px; align-items: baseline; justify-content: space-between; flex-wrap: wrap; }
 .topic h3 { margin: 0; font-size: 17px; } .count { font-weight: 650; color: var(--gap); white-space: nowrap; }
@@ -99,7 +100,8 @@ h1 { font-size: 26px; margin: 0 0 4px; } h2 { font-size: 19px; margin: 36px 0 12
 ul { margin: 6px 0; padding-left: 20px; } li { margin: 2px 0; overflow-wrap: anywhere; }
 .cols { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
 @media (max-width: 700px) { .cols { display: block; } }
-table { border-collapse: collapse; width: 100%; } td, th { padding: 6px 8px; border-bottom: 1px solid var(--line);
+table { border-collapse: collapse; width: 100%; } .cols > section { min-width: 0; }
+td, th { padding: 6px 8px; border-bottom: 1px solid var(--line);
   text-align: left; } td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 svg text { fill: var(--muted); font-size: 11px; }
 .legend i { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin: 0 4px 0 12px; }
@@ -191,7 +193,7 @@ def _day_chart(report: Report, width: int = 1000, height: int = 160) -> str:
     bars = []
     for i, (day, questions, gaps) in enumerate(values):
         x = i * step
-        h_q, h_g = (height - 20) * questions / top, (height - 20) * gaps / top
+        h_q, h_g = (height - 40) * questions / top, (height - 40) * gaps / top
         bars.append(
             f"<g><title>{day}: {questions} questions, {gaps} gaps</title>"
             f"<rect x='{x:.1f}' y='{height - 20 - h_q:.1f}' width='{max(step - 2, 1):.1f}' height='{h_q:.1f}' "

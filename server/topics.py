@@ -29,7 +29,8 @@ LABEL_WORDS = 3
 _QUESTION_WORDS = frozenset(
     "what how why when where which who whom whose does do did can could would should is are was were explain "
     "tell describe define mean means meaning difference between use used using work works example examples "
-    "book chapter section module please give know".split()
+    "book chapter section module please give know need want get make way good best better worth sure "
+    "question questions quick sorry topic hi hello thanks thank anyone".split()
 )
 STOP_WORDS = sorted(ENGLISH_STOP_WORDS | _QUESTION_WORDS)
 
@@ -85,16 +86,19 @@ def assign(vectors: Vector, centroids: Sequence[Vector], *, threshold: float = D
 
 
 def label(texts: Sequence[str], others: Sequence[str], *, words: int = LABEL_WORDS) -> str:
-    """The words that tell ``texts`` apart from ``others`` best (TF-IDF over both), joined with " · "."""
-    documents = [" ".join(texts), *others]
+    """The words that tell ``texts`` apart from ``others`` best, joined with " · ".
+
+    Every question is a document; a term scores its mean TF-IDF over the topic's questions, so a word
+    most of them use and the other questions do not comes first, and a word one question used does not.
+    """
     vectorizer = TfidfVectorizer(
         stop_words=STOP_WORDS, token_pattern=r"(?u)\b[^\W\d_][\w-]+\b", sublinear_tf=True, ngram_range=(1, 2)
     )
     try:
-        matrix = vectorizer.fit_transform(documents)
+        matrix = vectorizer.fit_transform([*texts, *others])
     except ValueError:  # nothing but stop words
         return _fallback_label(texts)
-    row = matrix[0].toarray().ravel()
+    row = np.asarray(matrix[: len(texts)].mean(axis=0)).ravel()
     vocabulary = vectorizer.get_feature_names_out()
     chosen: list[str] = []
     for index in np.argsort(-row, kind="stable"):

@@ -193,3 +193,24 @@ def _script_sources(page: str) -> list[str]:
     import re
 
     return re.findall(r'<script[^>]*\bsrc="([^"]+)"', page)
+
+
+async def test_the_authors_report_page_reads_well_in_light_and_dark(
+    stack: Stack, clean_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    import psycopg
+
+    from tests.report_data import insert, reader_month
+
+    with psycopg.connect(clean_db) as conn:
+        insert(conn, reader_month(random.Random(11)))
+    token = "report-" + "t" * 24
+    monkeypatch.setenv("E2E_ADMIN_TOKEN", token)
+    async with stack(ADMIN_TOKEN=token, ingest=False) as (base_url, _):
+        report = await run_scenario("report", base_url)
+    assert report["light"]["topics"] >= 3
+    assert report["light"]["background"] != report["dark"]["background"]
+    assert report["light"]["ink"] != report["dark"]["ink"]
+    assert (OUTPUT / "report-light.png").stat().st_size > 10_000
