@@ -350,16 +350,16 @@ async def _gap_topics(
         members[label].append(i)
     found: list[Topic] = []
     centroids: list[np.ndarray[Any, np.dtype[np.float32]]] = []
+    names = topics.labels([q.text for q in gaps], grouping.labels, grouping.count)
     for topic_no in range(grouping.count):
         rows = [gaps[i] for i in members[topic_no]]
-        others = [gaps[i].text for i, label in enumerate(grouping.labels) if label != topic_no]
         centre = grouping.centroids[topic_no]
         trend = [0] * len(period)
         for q in rows:
             trend[index_of_day[q.day]] += 1
         found.append(
             Topic(
-                label=topics.label([q.text for q in rows], others),
+                label=names[topic_no],
                 questions=len(rows),
                 declined=sum("declined" in q.reasons for q in rows),
                 low=sum("low" in q.reasons for q in rows),
@@ -518,21 +518,21 @@ async def _fold_topics(
         await cur.execute("SELECT id, centroid FROM gap_topics WHERE model = %s ORDER BY created_at, id", (model,))
         known = [(tid, np.frombuffer(bytes(c), dtype=np.float32)) for tid, c in await cur.fetchall()]
     matches = topics.assign(np.stack(grouping.centroids), [c for _, c in known]) if known else []
-    counts: Counter[tuple[uuid.UUID, date]] = Counter()
+    names = topics.labels(words, grouping.labels, grouping.count)
+    topic_ids: list[uuid.UUID] = []
     for topic_no, centre in enumerate(grouping.centroids):
-        rows = [i for i, label in enumerate(grouping.labels) if label == topic_no]
         if known and matches[topic_no] >= 0:
-            topic_id = known[matches[topic_no]][0]
-        else:
-            topic_id = uuid.uuid4()
-            others = [words[i] for i, label in enumerate(grouping.labels) if label != topic_no]
-            async with conn.cursor() as cur:
-                await cur.execute(
-                    "INSERT INTO gap_topics (id, model, label, centroid) VALUES (%s, %s, %s, %s)",
-                    (topic_id, model, topics.label([words[i] for i in rows], others), centre.tobytes()),
-                )
-        for i in rows:
-            counts[(topic_id, gap_rows[i][1])] += 1
+            topic_ids.append(known[matches[topic_no]][0])
+            continue
+        topic_ids.append(uuid.uuid4())
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "INSERT INTO gap_topics (id, model, label, centroid) VALUES (%s, %s, %s, %s)",
+                (topic_ids[-1], model, names[topic_no], centre.tobytes()),
+            )
+    counts: Counter[tuple[uuid.UUID, date]] = Counter(
+        (topic_ids[topic_no], gap_rows[i][1]) for i, topic_no in enumerate(grouping.labels) if topic_no >= 0
+    )
     async with conn.cursor() as cur:
         await cur.executemany(
             """

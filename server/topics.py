@@ -85,31 +85,43 @@ def assign(vectors: Vector, centroids: Sequence[Vector], *, threshold: float = D
     return [int(x) for x in _assign(vectors, list(centroids), threshold)]
 
 
-def label(texts: Sequence[str], others: Sequence[str], *, words: int = LABEL_WORDS) -> str:
-    """The words that tell ``texts`` apart from ``others`` best, joined with " · ".
+def labels(texts: Sequence[str], topic_of: Sequence[int], count: int, *, words: int = LABEL_WORDS) -> list[str]:
+    """For each topic ``0..count-1``, the words that tell its questions apart from the rest, joined with " · ".
 
-    Every question is a document; a term scores its mean TF-IDF over the topic's questions, so a word
-    most of them use and the other questions do not comes first, and a word one question used does not.
+    Every question is a document (TF-IDF fitted once over all of them); a term scores its mean weight over
+    the topic's questions, so a word most of them use and the others do not comes first, and a word one
+    question used does not.
     """
     vectorizer = TfidfVectorizer(
         stop_words=STOP_WORDS, token_pattern=r"(?u)\b[^\W\d_][\w-]+\b", sublinear_tf=True, ngram_range=(1, 2)
     )
+    members: list[list[int]] = [[] for _ in range(count)]
+    for i, topic in enumerate(topic_of):
+        if 0 <= topic < count:
+            members[topic].append(i)
     try:
-        matrix = vectorizer.fit_transform([*texts, *others])
+        matrix = vectorizer.fit_transform(texts).tocsr()
     except ValueError:  # nothing but stop words
-        return _fallback_label(texts)
-    row = np.asarray(matrix[: len(texts)].mean(axis=0)).ravel()
+        return [_fallback_label([texts[i] for i in rows]) for rows in members]
     vocabulary = vectorizer.get_feature_names_out()
+    return [
+        _best_terms(np.asarray(matrix[rows].mean(axis=0)).ravel(), vocabulary, words)
+        or _fallback_label([texts[i] for i in rows])
+        for rows in members
+    ]
+
+
+def _best_terms(weights: NDArray[np.float64], vocabulary: NDArray[np.str_], words: int) -> str:
     chosen: list[str] = []
-    for index in np.argsort(-row, kind="stable"):
-        if row[index] <= 0 or len(chosen) == words:
+    for index in np.argsort(-weights, kind="stable")[: words * 4]:
+        if weights[index] <= 0 or len(chosen) == words:
             break
         term = str(vocabulary[index])
         # A bigram is kept only when it says more than the words already chosen.
         if any(term in kept or kept in term for kept in chosen):
             continue
         chosen.append(term)
-    return " · ".join(chosen) or _fallback_label(texts)
+    return " · ".join(chosen)
 
 
 def _fallback_label(texts: Sequence[str]) -> str:
