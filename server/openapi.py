@@ -58,7 +58,10 @@ def document() -> dict[str, Any]:
                 "ChatRequest": CHAT_REQUEST_SCHEMA,
                 "FeedbackRequest": FEEDBACK_REQUEST_SCHEMA,
             },
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+                "admin": {"type": "http", "scheme": "bearer", "description": "the operator's ADMIN_TOKEN"},
+            },
         },
         "paths": {
             "/health": {
@@ -158,6 +161,24 @@ def document() -> dict[str, Any]:
             },
             "/api/modules": {"get": _op("Modules and chapters in the index", _OBJECT, errors=(429, 503))},
             "/api/faq": {"get": _op("The static FAQ", _OBJECT, errors=(429,))},
+            "/api/admin/report": {
+                "get": {
+                    **_op(
+                        "The authors' report: gap topics and use figures (ADMIN_TOKEN; 404 when it is unset)",
+                        _OBJECT,
+                        errors=(400, 401, 404, 503),
+                    ),
+                    "parameters": [
+                        {
+                            "name": "since",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "pattern": "^[0-9]{1,4}d?$", "default": "30d"},
+                        }
+                    ],
+                    "security": [{"admin": []}],
+                }
+            },
             "/openapi.json": {"get": _op("This document", _OBJECT, errors=())},
             "/metrics": {
                 "get": {
