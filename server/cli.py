@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,6 @@ from server import __version__, logs
 from server.errors import AppError
 from server.settings import Settings, SettingsError
 
-ROOT = Path(__file__).resolve().parents[1]
 _REPORT_TIMEOUT_S = 600.0  # the report reads every question of the period and may embed the new ones
 
 
@@ -109,7 +109,15 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(f"--book {args.book}: no such folder")
         # Worker processes read their settings from the environment, so the flag travels that way.
         os.environ["BOOK_PATH"] = str(book)
-    with _metrics_dir(settings, args.workers):
+    from server import embedded_db
+
+    with _metrics_dir(settings, args.workers), embedded_db.database(settings) as settings:
+        if settings.database_url:
+            os.environ["DATABASE_URL"] = settings.database_url  # the app (and every worker) reads the environment
+        # uvicorn re-raises the SIGTERM/SIGINT it caught once it has shut down; ending with SystemExit instead of
+        # the signal's default action lets this block stop the embedded Postgres (and run other cleanups).
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, _exit_on_signal)
         uvicorn.run(
             "server.app:create_app",
             factory=True,
@@ -126,6 +134,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 SHUTDOWN_FLUSH_S = 5
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @contextlib.contextmanager
@@ -197,19 +209,17 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _migrate(args: argparse.Namespace, settings: Settings) -> int:
-    from alembic import command
-    from alembic.config import Config
+    from server import migrate
 
     if not settings.database_url:
-        raise UsageError("DATABASE_URL is not set: nothing to migrate.")
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
-    config.set_main_option("sqlalchemy.url", settings.database_url)
+        raise UsageError(
+            "DATABASE_URL is not set: nothing to migrate (the embedded Postgres migrates itself at start)."
+        )
     try:
         if args.downgrade:
-            command.downgrade(config, args.to)
+            migrate.downgrade(settings.database_url, args.to)
         else:
-            command.upgrade(config, args.to)
+            migrate.upgrade(settings.database_url, args.to)
     except Exception as exc:  # alembic/SQLAlchemy raise many types; the operator needs one line
         raise UsageError(f"migration failed: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
     print(f"database at {'downgraded to' if args.downgrade else 'revision'} {args.to}")
@@ -217,15 +227,14 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _purge(args: argparse.Namespace, settings: Settings) -> int:
+    from server import embedded_db
     from server.services import open_services
 
-    if not settings.database_url:
-        raise UsageError("DATABASE_URL is not set: there is nothing to purge.")
     days = args.days if args.days is not None else settings.session_retention_days
     if days < 1 or args.batch_size < 1:
         raise UsageError("--days and --batch-size must be at least 1")
 
-    async def run() -> int:
+    async def run(settings: Settings) -> int:
         from server import report
         from server.embeddings import create_embedder
 
@@ -241,44 +250,55 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             await embedder.aclose()
 
-    deleted = asyncio.run(run())
+    with embedded_db.database(settings, create=False) as settings:
+        if not settings.database_url:
+            raise UsageError("DATABASE_URL is not set: there is nothing to purge.")
+        deleted = asyncio.run(run(settings))
     print(f"purged {deleted} session(s) idle for more than {days} day(s)")
     return 0
 
 
 def _report(args: argparse.Namespace, settings: Settings) -> int:
-    from server import report, report_views
+    from server import embedded_db, report, report_views
+    from server.embeddings import Embedder, create_embedder
     from server.index import IndexLocked
     from server.report import period_days as report_period
     from server.retrieval import Retriever
-    from server.services import open_services
+    from server.services import Services, open_services
 
-    if not settings.database_url:
-        raise UsageError("DATABASE_URL is not set: the report reads the questions stored in Postgres.")
     try:
         days = report_period(args.since)
     except ValueError as exc:
         raise UsageError(f"--since: {exc}") from None
 
-    async def run() -> report.Report:
-        async with open_services(settings.replace(redis_url=None), retrieval=True) as services:
-            assert services.store is not None and services.index is not None and services.embedder is not None
-            retriever: Retriever | None = None
-            try:
-                if await services.index.exists():
-                    retriever = Retriever(services.index, services.embedder)
-            except IndexLocked:
-                pass  # a running server holds the embedded index: GET /api/admin/report has the sections
-            async with services.store.connection(timeout_s=_REPORT_TIMEOUT_S) as conn:
-                return await report.build(
-                    conn,
-                    services.embedder,
-                    days=days,
-                    retention_days=settings.session_retention_days,
-                    retriever=retriever,
-                )
+    async def build(services: Services, embedder: Embedder, retriever: Retriever | None) -> report.Report:
+        assert services.store is not None
+        async with services.store.connection(timeout_s=_REPORT_TIMEOUT_S) as conn:
+            return await report.build(
+                conn, embedder, days=days, retention_days=settings.session_retention_days, retriever=retriever
+            )
 
-    result = asyncio.run(run())
+    async def run(settings: Settings) -> report.Report:
+        quiet = settings.replace(redis_url=None)
+        try:
+            async with open_services(quiet, retrieval=True) as services:
+                assert services.index is not None and services.embedder is not None
+                exists = await services.index.exists()
+                retriever = Retriever(services.index, services.embedder) if exists else None
+                return await build(services, services.embedder, retriever)
+        except IndexLocked:
+            pass  # a running server holds the embedded index: the report goes on without the closest sections
+        embedder = create_embedder(settings)
+        try:
+            async with open_services(quiet) as services:
+                return await build(services, embedder, None)
+        finally:
+            await embedder.aclose()
+
+    with embedded_db.database(settings, create=False) as settings:
+        if not settings.database_url:
+            raise UsageError("DATABASE_URL is not set (and no embedded database in DATA_DIR): no questions to report.")
+        result = asyncio.run(run(settings))
     print(report_views.text(result))
     if args.html is not None:
         _write_file(args.html, report_views.html(result))

@@ -53,6 +53,7 @@ class Secret:
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
+    embedded_postgres: bool = True  # EMBEDDED_POSTGRES: with DATABASE_URL unset, serve runs a private Postgres
     redis_url: str | None = None
     qdrant_url: str | None = None
     qdrant_api_key: Secret | None = None
@@ -101,6 +102,7 @@ class Settings:
         openai_key = r.secret("OPENAI_API_KEY")
         settings = cls(
             database_url=r.url("DATABASE_URL", schemes=("postgresql", "postgres")),
+            embedded_postgres=r.choice("EMBEDDED_POSTGRES", ("on", "off"), "on", lower=True) == "on",
             redis_url=r.url("REDIS_URL", schemes=("redis", "rediss", "unix")),
             qdrant_url=r.url("QDRANT_URL", schemes=("http", "https")),
             qdrant_api_key=r.secret("QDRANT_API_KEY"),
