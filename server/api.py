@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,7 @@ from server.chat import ChatService
 from server.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized
 from server.services import Services
 from server.store import Citation, MessageRow, Store
+from server.streaming import Event
 
 CANCEL_WAIT_S = 2.0  # DELETE answers once the stream has ended, or says it is still ending
 DRAIN_RETRY_AFTER_S = 5  # a refused question during shutdown: by then a proxy sends it to another process
@@ -125,7 +127,7 @@ async def _start(request: Request) -> tuple[chat_pipeline.Started, Caller]:
             await slots.release(who.key, slot)
 
     try:
-        started = await chat_pipeline.start(service, body, user_id=who.user_id, on_finish=release)
+        started = await chat_pipeline.start(service, body, user_id=who.user_id, caller=who.key, on_finish=release)
     except BaseException:
         await release()
         raise
@@ -141,7 +143,16 @@ async def chat(request: Request) -> Response:
     events = await message_events.events(chat_service(request), started.message_id)
     if events is None:  # only when the first request's answer is gone everywhere (no Redis, no Postgres copy)
         raise NotFound("No such message.")
+    if started.session_token:  # this response created the session: its meta alone carries the token
+        events = _with_session_token(events, started.session_token)
     return streaming.response(events, headers=who.budget_headers)
+
+
+async def _with_session_token(events: AsyncIterator[Event], token: str) -> AsyncIterator[Event]:
+    async for event in events:
+        if event.event == "meta":
+            event = Event(event.id, "meta", {**event.data, "session_token": token})
+        yield event
 
 
 async def create_message(request: Request) -> JSONResponse:
@@ -185,15 +196,21 @@ async def cancel_message(request: Request) -> JSONResponse:
     if last is None:
         raise NotFound("No such message.")
     if last[1]:
-        return JSONResponse({"message_id": str(message_id), "status": "finished"}, headers=who.budget_headers)
+        return JSONResponse(
+            {"message_id": str(message_id), "status": "finished"}, status_code=202, headers=who.budget_headers
+        )
     await service.registry.cancel(str(message_id), "client")
     deadline = time.monotonic() + CANCEL_WAIT_S
     while time.monotonic() < deadline:
         await asyncio.sleep(0.02)
         last = await message_events.last_event(service, message_id)
         if last is None or last[1]:
-            return JSONResponse({"message_id": str(message_id), "status": "cancelled"}, headers=who.budget_headers)
-    return JSONResponse({"message_id": str(message_id), "status": "cancelling"}, status_code=202)
+            return JSONResponse(
+                {"message_id": str(message_id), "status": "cancelled"}, status_code=202, headers=who.budget_headers
+            )
+    return JSONResponse(
+        {"message_id": str(message_id), "status": "cancelling"}, status_code=202, headers=who.budget_headers
+    )
 
 
 def _capability(request: Request, service: ChatService) -> uuid.UUID:

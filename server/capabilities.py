@@ -11,6 +11,8 @@ import hmac
 import secrets
 import time
 
+_MAX_EXPIRY_DIGITS = 12
+
 
 class Capabilities:
     def __init__(self, key: bytes | None, *, ttl_s: float) -> None:
@@ -25,12 +27,18 @@ class Capabilities:
         if not capability or "." not in capability:
             return False
         expires_text, signature = capability.split(".", 1)
-        if not expires_text.isdigit():
+        # ASCII digits only ("²".isdigit() is true) and no longer than any real expiry: never a 500.
+        if not (expires_text.isascii() and expires_text.isdigit() and len(expires_text) <= _MAX_EXPIRY_DIGITS):
             return False
         expires = int(expires_text)
         if expires < (now if now is not None else time.time()):
             return False
         return hmac.compare_digest(signature, self._sign(message_id, expires))
+
+    def caller_digest(self, caller: str) -> str:
+        """Who asked a first question (their rate-limit identity), kept with the session so that only the same
+        caller can repeat it; keyed, so the stored value does not give the address away."""
+        return hmac.new(self._key, f"caller.{caller}".encode(), hashlib.sha256).hexdigest()[:32]
 
     def stream_url(self, message_id: str) -> str:
         return f"/api/chat/messages/{message_id}/stream?cap={self.issue(message_id)}"

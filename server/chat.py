@@ -9,6 +9,7 @@ written to Postgres once, at the end (no per-token writes).
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 import uuid
@@ -83,10 +84,17 @@ async def start(
     request: ChatRequest,
     *,
     user_id: str | None = None,
+    caller: str = "",
     on_finish: Callable[[], Awaitable[None]] | None = None,
 ) -> Started:
-    """Store the question and start generating; a repeated ``client_request_id`` attaches to the first answer."""
-    repeated = await _repeated_request(chat, request)
+    """Store the question and start generating; a repeated ``client_request_id`` attaches to the first answer.
+
+    ``caller`` is who asks (the rate-limit identity: user or client address). A repeat attaches only for the
+    same caller: the same session (its token checked), the same signed-in user, or, for a first question,
+    the same question from the same client; anyone else gets 409. The session token is sent once, in the
+    response that created the session, and never again (replays and repeats omit it).
+    """
+    repeated = await _repeated_request(chat, request, user_id=user_id, caller=caller)
     if repeated is not None:  # a double click or a retry: attach, and create no second session
         return Started(
             repeated.assistant_message_id,
@@ -101,7 +109,7 @@ async def start(
     started = time.perf_counter()
     retrieval = asyncio.create_task(_retrieve(chat, request))
     try:
-        session = await _session(chat, request, user_id, notices)
+        session = await _session(chat, request, user_id, caller, notices)
         exchange = await _exchange(chat, session, request, notices)
         if exchange is not None and exchange.session_id != session.id:
             raise Conflict("This client_request_id was already used in another conversation.")
@@ -118,8 +126,7 @@ async def start(
     meta_base = {
         "message_id": str(message_id),
         "session_id": str(session.id),
-        **({"session_token": session.token} if session.token else {}),
-        "stream_url": stream_url,
+        "stream_url": stream_url,  # no session_token: these events are replayed to whoever holds stream_url
         "mode": request.mode,
     }
     stream.task = asyncio.create_task(
@@ -141,8 +148,11 @@ def _log_question(request: ChatRequest, message_id: str) -> None:
     log.debug("question text", extra={**facts, "question": request.question, "selected_text": request.selected_text})
 
 
-async def _repeated_request(chat: ChatService, request: ChatRequest) -> Exchange | None:
-    """A repeated first question (no session yet): its exchange, found before a second session is created.
+async def _repeated_request(
+    chat: ChatService, request: ChatRequest, *, user_id: str | None, caller: str
+) -> Exchange | None:
+    """A repeated first question (no session yet): its exchange, found before a second session is created,
+    if the same caller asked it (409 otherwise: a client_request_id is not a key to someone else's answer).
 
     With a session, the repeat goes the usual way (the session's token is checked) and ``start_exchange``
     finds the earlier exchange itself.
@@ -150,13 +160,27 @@ async def _repeated_request(chat: ChatService, request: ChatRequest) -> Exchange
     if chat.store is None or request.client_request_id is None or request.session_id is not None:
         return None
     try:
-        return await chat.store.find_exchange(request.client_request_id)
+        found = await chat.store.find_exchange(request.client_request_id)
     except DatabaseUnavailable:
         return None  # the answer goes on without history; start_exchange is not reached either
+    if found is None:
+        return None
+    if found.owner_user_id is not None:
+        same = user_id == found.owner_user_id
+    else:
+        same = (
+            user_id is None
+            and found.question == request.question
+            and found.caller_digest is not None
+            and hmac.compare_digest(found.caller_digest, chat.capabilities.caller_digest(caller))
+        )
+    if not same:
+        raise Conflict("This client_request_id was already used for another question.", code="duplicate_request")
+    return found
 
 
 async def _session(
-    chat: ChatService, request: ChatRequest, user_id: str | None, notices: list[tuple[str, str]]
+    chat: ChatService, request: ChatRequest, user_id: str | None, caller: str, notices: list[tuple[str, str]]
 ) -> _Session:
     if chat.store is None:
         notices.append(("history_unavailable", _NOTICE_HISTORY_OFF))
@@ -168,7 +192,9 @@ async def _session(
                 raise NotFound("No such session.", code="session_not_found")
             await _check_token_budget(chat.store, request.session_id, chat.daily_tokens)
             return _Session(request.session_id, None, persisted=True)
-        created = await chat.store.create_session(user_id=user_id)
+        created = await chat.store.create_session(
+            user_id=user_id, metadata={"caller": chat.capabilities.caller_digest(caller)}
+        )
         return _Session(created.id, created.token, persisted=True)
     except DatabaseUnavailable:
         notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))

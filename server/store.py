@@ -105,6 +105,10 @@ class Exchange:
     user_message_id: uuid.UUID
     assistant_message_id: uuid.UUID
     created: bool  # False when a client_request_id matched an earlier question
+    # For a matched earlier question: who asked it, so a repeat can be checked to come from the same caller.
+    question: str | None = None
+    owner_user_id: str | None = None
+    caller_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -469,9 +473,11 @@ class Store:
         cur = conn.cursor(row_factory=dict_row)
         await cur.execute(
             """
-            SELECT u.session_id, u.id AS user_message_id, a.id AS assistant_message_id
+            SELECT u.session_id, u.id AS user_message_id, a.id AS assistant_message_id, u.content AS question,
+                   s.user_id AS owner_user_id, s.metadata ->> 'caller' AS caller_digest
             FROM chat_messages u
             JOIN chat_messages a ON a.client_request_id = u.client_request_id AND a.role = 'assistant'
+            JOIN chat_sessions s ON s.id = u.session_id
             WHERE u.client_request_id = %s AND u.role = 'user'
             """,
             (client_request_id,),

@@ -288,3 +288,84 @@ async def test_cors_allows_listed_origins_with_credentials_and_nobody_else(app_s
     assert "x-session-token" in allowed.headers["access-control-allow-headers"].lower()
     assert denied.status_code == 400 and "access-control-allow-origin" not in denied.headers
     assert "ratelimit-remaining" in simple.headers["access-control-expose-headers"].lower()
+
+
+# -- a replayed client_request_id (the attack run's session takeover) --------------------------------
+
+
+def _from(address: str) -> dict[str, str]:
+    return {"X-Forwarded-For": address}
+
+
+async def test_a_client_request_id_replayed_by_someone_else_hands_over_nothing(app_server: App) -> None:
+    async with app_server(TRUSTED_PROXIES="127.0.0.1/32") as client:
+        request_id = str(uuid.uuid4())
+        victim = await ask(client, _from("198.51.100.7"), question="What is ZMP?", client_request_id=request_id)
+        assert victim["session_token"]
+
+        other_question = await client.post(
+            "/api/chat", json={"question": "x", "client_request_id": request_id}, headers=_from("203.0.113.9")
+        )
+        same_question_other_client = await client.post(
+            "/api/chat",
+            json={"question": "What is ZMP?", "client_request_id": request_id},
+            headers=_from("203.0.113.9"),
+        )
+        as_messages = await client.post(
+            "/api/chat/messages", json={"question": "x", "client_request_id": request_id}, headers=_from("203.0.113.9")
+        )
+
+    for refused in (other_question, same_question_other_client, as_messages):
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "duplicate_request"
+        assert victim["session_token"] not in refused.text and victim["stream_url"] not in refused.text
+
+
+async def test_the_owners_own_retry_still_attaches_without_the_token_again(app_server: App) -> None:
+    async with app_server(TRUSTED_PROXIES="127.0.0.1/32") as client:
+        request_id = str(uuid.uuid4())
+        first = await client.post(
+            "/api/chat/messages",
+            json={"question": QUESTION, "client_request_id": request_id},
+            headers=_from("198.51.100.7"),
+        )
+        retry = await client.post(
+            "/api/chat/messages",
+            json={"question": QUESTION, "client_request_id": request_id},
+            headers=_from("198.51.100.7"),
+        )
+        replayed = await ask(client, _from("198.51.100.7"), client_request_id=request_id)
+
+    assert first.status_code == retry.status_code == 202
+    assert retry.json()["message_id"] == first.json()["message_id"] == replayed["message_id"]
+    assert retry.json()["created"] is False and "session_token" not in retry.json()
+    assert "session_token" not in replayed
+
+
+async def test_a_signed_in_readers_request_id_repeats_only_for_that_reader(app_server: App) -> None:
+    async with app_server() as client:
+        request_id = str(uuid.uuid4())
+        body = {"question": QUESTION, "client_request_id": request_id}
+        first = await client.post("/api/chat/messages", json=body, headers=bearer("ada"))
+        stranger = await client.post("/api/chat/messages", json=body, headers=bearer("mallory"))
+        anonymous = await client.post("/api/chat/messages", json=body)
+        again = await client.post("/api/chat/messages", json=body, headers=bearer("ada"))
+
+    assert first.status_code == 202 and again.status_code == 202
+    assert again.json()["message_id"] == first.json()["message_id"] and again.json()["created"] is False
+    assert stranger.status_code == anonymous.status_code == 409
+
+
+async def test_the_session_token_is_sent_once_and_never_in_a_replayed_meta(app_server: App) -> None:
+    async with app_server() as client:
+        live = await read_all(client, "POST", "/api/chat", json={"question": QUESTION})
+        meta = live[0].json()
+        replay = await read_all(client, "GET", meta["stream_url"])
+        posted = (await client.post("/api/chat/messages", json={"question": QUESTION})).json()
+        streamed = await read_all(client, "GET", posted["stream_url"])
+
+    assert meta["session_token"]  # the response that created the session carries it
+    assert posted["session_token"]
+    for events in (replay, streamed):
+        assert events[0].event == "meta" and "session_token" not in events[0].json()
+        assert all("session_token" not in (e.data or "") for e in events)
