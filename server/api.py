@@ -224,7 +224,7 @@ def _capability(request: Request, service: ChatService) -> uuid.UUID:
 
 def _last_event_id(request: Request) -> int:
     raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id") or "0"
-    return int(raw) if raw.isdigit() and len(raw) < 10 else 0
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 10 else 0  # "²".isdigit() is true
 
 
 # -- history ------------------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9) or not low <= int(raw) <= high:
         raise BadRequest(f"{name} must be an integer from {low} to {high}.", code="validation_error")
     return int(raw)
 

@@ -49,7 +49,7 @@ class Authenticator:
             raise Unauthorized("Sign-in is not enabled on this server; ask without a token.", code="auth_disabled")
         claims = await self._verify(token.strip())
         subject = claims.get("sub")
-        if not isinstance(subject, str) or not subject or len(subject) > 200:
+        if not isinstance(subject, str) or not subject or len(subject) > 200 or not subject.isprintable():
             raise Unauthorized("The token has no usable subject ('sub').", code="invalid_token")
         return subject
 

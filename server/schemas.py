@@ -71,6 +71,10 @@ def decode_json(body: bytes) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"The request body is not valid JSON ({_json_reason(exc)}).", code="invalid_json") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise BadRequest("The request body nests too deeply to be a request.", code="invalid_json") from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+        raise BadRequest("The request body holds a number too long to read.", code="invalid_json") from None
 
 
 def parse_chat_request(data: Any) -> ChatRequest:
@@ -122,6 +126,8 @@ def _string(
         raise BadRequest(f"{name} must be a string.", code="validation_error")
     if "\x00" in value:
         raise BadRequest(f"{name} must not contain NUL characters.", code="validation_error")
+    if not _encodable(value):
+        raise BadRequest(f"{name} is not valid Unicode (a lone surrogate such as \\ud800).", code="validation_error")
     if strip:
         value = value.strip()
     if len(value) > max_chars:
@@ -131,6 +137,15 @@ def _string(
             raise BadRequest(f"{name} must not be empty.", code="validation_error")
         return None
     return value
+
+
+def _encodable(value: str) -> bool:
+    """JSON's \\uXXXX escapes can spell half of a surrogate pair, which no UTF-8 text (nor Postgres) can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _uuid(fields: dict[str, Any], name: str) -> uuid.UUID | None:
