@@ -105,7 +105,7 @@ async def test_non_ascii_digits_are_not_numbers(client: httpx.AsyncClient) -> No
     _refused(await client.get(history, params={"limit": "²"}, headers=token))
     _refused(await client.get(history, params={"limit": "٣"}, headers=token))
     # A resume point that is not a number starts from the beginning rather than failing.
-    header = await client.get(started["stream_url"], headers={"Last-Event-ID": "²".encode("latin-1")})
+    header = await client.get(started["stream_url"], headers={b"Last-Event-ID": "²".encode("latin-1")})
     query = await client.get(started["stream_url"] + "&last_event_id=%C2%B2")
     for response in (header, query):
         assert response.status_code == 200 and response.text.startswith("id: 1")
