@@ -21,7 +21,7 @@ from server import chat as chat_pipeline
 from server import health as health_checks
 from server import logs, message_events, ratelimit, schemas, streaming
 from server.chat import ChatService
-from server.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized
+from server.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized, UnsupportedMediaType
 from server.services import Services
 from server.store import Citation, MessageRow, Store
 from server.streaming import Event
@@ -80,6 +80,11 @@ def bind_message(request: Request, message_id: uuid.UUID | str) -> None:
 
 
 async def read_json(request: Request) -> Any:
+    """The JSON body; only ``application/json`` is read, so a cross-site form (text/plain, urlencoded, multipart,
+    which a browser sends without a CORS preflight) cannot spend a reader's budget: 415 before anything else."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise UnsupportedMediaType("Send the body as JSON with Content-Type: application/json.")
     return schemas.decode_json(await request.body())
 
 

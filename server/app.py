@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 access_log = logging.getLogger("server.access")
 
 MAX_BODY_BYTES = 64 * 1024
+MAX_HEADER_BYTES = 32 * 1024  # all request headers together; nginx's default refuses a single line over 8 KiB
 _PERSIST_WAIT_S = 5.0  # after a drain, for answers that ended but are still being written to Postgres
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -347,7 +348,8 @@ _QUIET_ROUTES = frozenset({"/metrics", "/health"})  # polled every few seconds b
 
 
 class BodyLimitMiddleware:
-    """Refuses bodies over ``max_bytes`` with 413, by Content-Length up front or while reading a chunked body."""
+    """Refuses bodies over ``max_bytes`` with 413, by Content-Length up front or while reading a chunked body,
+    and requests whose headers add up to more than ``MAX_HEADER_BYTES`` with 431."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
@@ -357,8 +359,13 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
+            message = f"The request headers are larger than {MAX_HEADER_BYTES // 1024} KiB."
+            response = error_response(431, "request_headers_too_large", message, {"Connection": "close"})
+            await response(scope, receive, send)
+            return
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        if declared is not None and declared.isdigit() and (len(declared) > 18 or int(declared) > self.max_bytes):
             await self._refuse(scope, receive, send)
             return
         seen = 0

@@ -79,6 +79,13 @@ class PayloadTooLarge(AppError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(AppError):
+    """A body that is not declared as JSON (a cross-site form posts text/plain)."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
 class RateLimited(AppError):
     """Too many requests; ``retry_after`` seconds until the next one is allowed."""
 

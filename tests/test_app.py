@@ -80,8 +80,44 @@ async def test_a_chunked_body_over_the_limit_is_a_json_413(client: httpx.AsyncCl
         for _ in range(100):
             yield b"y" * 1024
 
-    response = await client.post("/api/messages/6f1c1a4e-8a7e-4d0e-9a57-0a8d0c9f3c11/feedback", content=chunks())
+    response = await client.post(
+        "/api/messages/6f1c1a4e-8a7e-4d0e-9a57-0a8d0c9f3c11/feedback",
+        content=chunks(),
+        headers={"Content-Type": "application/json"},
+    )
     _assert_json_error(response, 413, "payload_too_large")
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx"],
+)
+async def test_a_post_that_is_not_declared_json_is_a_415_before_anything_is_spent(
+    client: httpx.AsyncClient, content_type: str | None
+) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    for path in ("/api/chat", "/api/chat/messages", "/api/messages/6f1c1a4e-8a7e-4d0e-9a57-0a8d0c9f3c11/feedback"):
+        request = client.build_request("POST", path, content=b'{"question": "What is ZMP?"}', headers=headers)
+        assert content_type is not None or "content-type" not in request.headers
+        response = await client.send(request)
+        _assert_json_error(response, 415, "unsupported_media_type")
+        assert "ratelimit-remaining" not in response.headers
+
+
+async def test_json_with_a_charset_is_still_json(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/api/messages/6f1c1a4e-8a7e-4d0e-9a57-0a8d0c9f3c11/feedback",
+        content=b'{"rating": "up"}',
+        headers={"Content-Type": "Application/JSON; charset=utf-8"},
+    )
+    assert response.status_code != 415
+
+
+async def test_a_one_mebibyte_header_is_a_json_431(client: httpx.AsyncClient) -> None:
+    response = await client.get("/api/modules", headers={"X-Padding": "p" * (1024 * 1024)})
+    _assert_json_error(response, 431, "request_headers_too_large")
+    many = await client.get("/api/modules", headers=[(f"X-Pad-{i}", "p" * 100) for i in range(400)])
+    _assert_json_error(many, 431, "request_headers_too_large")
 
 
 async def test_an_unhandled_error_is_a_500_without_internals_and_logged_with_the_request_id(
