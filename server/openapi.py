@@ -12,7 +12,21 @@ from server import __version__
 from server.schemas import CHAT_REQUEST_SCHEMA, FEEDBACK_REQUEST_SCHEMA
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
-_SSE = {"text/event-stream": {"schema": {"type": "string", "description": "DESIGN.md SSE protocol"}}}
+_SSE = {
+    "text/event-stream": {
+        # One server-sent event (tools such as schemathesis check every event against it); DESIGN.md SSE protocol.
+        "schema": {
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"enum": ["meta", "sources", "notice", "token", "done", "error"]},
+                "data": {"type": "string", "description": "one JSON object"},
+                "id": {"type": "string", "pattern": "^[0-9]+$"},
+                "retry": {"type": "integer"},
+            },
+        }
+    }
+}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -24,8 +38,10 @@ def _errors(*statuses: int) -> dict[str, Any]:
         400: "Malformed or invalid request",
         401: "Bearer token expired, forged or malformed",
         404: "Not found, or not yours",
-        409: "client_request_id already used in another conversation",
+        409: "client_request_id already used, by another conversation or another caller",
         413: "Body over 64 KiB",
+        415: "Body not declared as application/json",
+        431: "Request headers over 32 KiB",
         429: "Rate limit or budget exceeded (Retry-After)",
         503: "A dependency this route needs is down, or the server is shutting down (Retry-After)",
     }
@@ -39,6 +55,20 @@ _OBJECT = {"type": "object"}
 
 
 def document() -> dict[str, Any]:
+    """The API's OpenAPI 3.1 description; every operation also lists the refusals the middleware makes on any route
+    (413 body too large, 431 headers too large), with a JSON body 415 for any other content type, and on /api/
+    routes 401 for a bad bearer token."""
+    spec = _paths()
+    for path, operations in spec["paths"].items():
+        for operation in operations.values():
+            limits = (413, 415, 431) if "requestBody" in operation else (413, 431)
+            if path.startswith("/api/"):
+                limits += (401,)  # every API route reads a bearer token if one is sent: a bad one is a 401
+            operation["responses"] = {**operation["responses"], **_errors(*limits)}
+    return spec
+
+
+def _paths() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Textbook Chat", "version": __version__},
@@ -119,7 +149,19 @@ def document() -> dict[str, Any]:
             },
             "/api/chat/messages/{message_id}": {
                 "delete": {
-                    **_op("Stop a generation (same capability as the stream)", _OBJECT, errors=(404, 429)),
+                    **_op(
+                        "Stop a generation (same capability as the stream); 202 with where it stands",
+                        {
+                            "type": "object",
+                            "required": ["message_id", "status"],
+                            "properties": {
+                                "message_id": {"type": "string", "format": "uuid"},
+                                "status": {"enum": ["cancelled", "cancelling", "finished"]},
+                            },
+                        },
+                        status=202,
+                        errors=(400, 404, 429),
+                    ),
                     "parameters": [{"name": "message_id", **_UUID_PARAM}, _CAP],
                 }
             },

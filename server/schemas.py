@@ -45,7 +45,7 @@ CHAT_REQUEST_SCHEMA: dict[str, Any] = {
     "properties": {
         "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS},
         "session_id": {"type": ["string", "null"], "format": "uuid"},
-        "session_token": {"type": ["string", "null"], "maxLength": 200},
+        "session_token": {"type": ["string", "null"], "minLength": 1, "maxLength": 200},
         "module": {"type": ["string", "null"], "maxLength": 200},
         "selected_text": {"type": ["string", "null"], "maxLength": MAX_SELECTION_CHARS},
         "page_url": {"type": ["string", "null"], "maxLength": 2000},
@@ -82,6 +82,10 @@ def parse_chat_request(data: Any) -> ChatRequest:
     question = _string(fields, "question", required=True, max_chars=MAX_QUESTION_CHARS, strip=True)
     assert question is not None
     session_id = _uuid(fields, "session_id")
+    if fields.get("session_token") == "":
+        raise BadRequest(
+            "session_token must not be empty (leave it out to start a new conversation).", code="validation_error"
+        )
     session_token = _string(fields, "session_token", max_chars=200)
     if session_id is not None and session_token is None:
         raise BadRequest("session_token is required with session_id.", code="validation_error")
