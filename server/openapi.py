@@ -61,7 +61,7 @@ def document() -> dict[str, Any]:
     spec = _paths()
     for path, operations in spec["paths"].items():
         for operation in operations.values():
-            limits = (413, 415, 431) if "requestBody" in operation else (413, 431)
+            limits: tuple[int, ...] = (413, 415, 431) if "requestBody" in operation else (413, 431)
             if path.startswith("/api/"):
                 limits += (401,)  # every API route reads a bearer token if one is sent: a bad one is a 401
             operation["responses"] = {**operation["responses"], **_errors(*limits)}
