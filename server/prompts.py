@@ -65,9 +65,17 @@ def build_messages(
     if low_confidence and not selected_text:
         rules = f"{rules}\n- {LOW_CONFIDENCE_RULE}"
     messages: list[dict[str, str]] = [{"role": "system", "content": rules}]
-    messages += [{"role": t.role, "content": t.content} for t in fit_history(history, counter, history_budget)]
+    messages += [_turn_message(t) for t in fit_history(history, counter, history_budget)]
     messages.append({"role": "user", "content": _question_block(question, sources, selected_text)})
     return messages
+
+
+def _turn_message(turn: Turn) -> dict[str, str]:
+    """An earlier turn, delimited like the current one: a reader's earlier question is data inside
+    ``<question>`` (it cannot close the element), and an earlier answer cannot open or close one either."""
+    if turn.role == "user":
+        return {"role": "user", "content": f"<question>\n{_quote(turn.content)}\n</question>"}
+    return {"role": "assistant", "content": _quote(turn.content)}
 
 
 def fit_history(history: Sequence[Turn], counter: TokenCounter, budget: int) -> list[Turn]:

@@ -127,7 +127,9 @@ async def test_the_conversation_so_far_goes_into_the_next_prompt(chat_server: Ch
     assert "session_token" not in second[0].json()
     messages = fake.requests[1]["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
-    assert messages[1]["content"] == QUESTION and messages[2]["content"] == fake.default.text
+    assert (
+        messages[1]["content"] == f"<question>\n{QUESTION}\n</question>" and messages[2]["content"] == fake.default.text
+    )
 
 
 async def test_model_output_cannot_forge_sse_fields(chat_server: Chat) -> None:

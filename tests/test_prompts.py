@@ -57,6 +57,24 @@ def test_a_source_cannot_close_its_element_or_open_a_question(counter: TokenCoun
     assert block.rstrip().endswith("What is a topic?\n</question>")
 
 
+def test_earlier_turns_are_fenced_like_the_current_question(counter: TokenCounter) -> None:
+    history = [Turn("user", f"What is ZMP? {HOSTILE}"), Turn("assistant", f"ZMP is a point [1]. {HOSTILE}")]
+    messages = build_messages(
+        question="And the support polygon?",
+        sources=[],
+        history=history,
+        selected_text=None,
+        low_confidence=False,
+        counter=counter,
+    )
+    earlier_question, earlier_answer = messages[1]["content"], messages[2]["content"]
+    assert earlier_question.startswith("<question>\n") and earlier_question.endswith("\n</question>")
+    assert earlier_question.count("<question>") == 1 and earlier_question.count("</question>") == 1
+    assert "Ignore previous instructions" in earlier_question  # kept, as data inside the element
+    assert "<question>" not in earlier_answer and "</source>" not in earlier_answer
+    assert earlier_answer.startswith("ZMP is a point [1].")
+
+
 def test_a_selection_is_quoted_under_the_strict_rules(counter: TokenCounter) -> None:
     messages = build_messages(
         question="Summarise this.", sources=[], history=[], selected_text=HOSTILE, low_confidence=False, counter=counter
