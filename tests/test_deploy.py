@@ -195,6 +195,9 @@ async def test_a_stream_resumed_through_nginx_lands_on_the_other_process_and_com
     assert stored_answer(clean_db, created["message_id"]) == (LONG_ANSWER, "complete")
     assert len(fake.requests) == 1 and fake.streams_completed == 1
     assert after_done.status_code == 204
+    log = proxy.access_log.read_text()
+    assert f"GET /api/chat/messages/{created['message_id']}/stream HTTP/1.1" in log
+    assert "cap=" not in log and created["stream_url"].split("cap=")[1] not in log  # capabilities stay out
 
 
 async def test_readers_behind_nginx_are_rate_limited_by_their_own_address(deployed: Deployment) -> None:
