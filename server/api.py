@@ -21,7 +21,14 @@ from server import chat as chat_pipeline
 from server import health as health_checks
 from server import logs, message_events, ratelimit, schemas, streaming
 from server.chat import ChatService
-from server.errors import BadRequest, NotFound, ServiceUnavailable, Unauthorized, UnsupportedMediaType
+from server.errors import (
+    BadRequest,
+    NotFound,
+    RateLimited,
+    ServiceUnavailable,
+    Unauthorized,
+    UnsupportedMediaType,
+)
 from server.services import Services
 from server.store import Citation, MessageRow, Store
 from server.streaming import Event
@@ -50,14 +57,26 @@ class Caller:
 
 async def caller(request: Request, kind: ratelimit.Kind) -> Caller:
     """Who is asking, with one unit of ``kind`` spent (401 for a bad token, 429 when out of budget)."""
+    return await spend(request, await identify(request), kind)
+
+
+async def identify(request: Request) -> Caller:
+    """Who is asking (401 for a bad token), with nothing spent yet."""
     svc = services(request)
     user_id = await svc.auth.user_id(request.headers.get("authorization")) if svc.auth else None
     peer = request.client.host if request.client else None
-    client = ratelimit.client_address(peer, request.headers.get("x-forwarded-for"), svc.settings.trusted_proxies)
-    headers: dict[str, str] = {}
-    if svc.limiter is not None:
-        headers = (await svc.limiter.hit(kind, client=client, user_id=user_id)).headers()
-    return Caller(client, user_id, headers)
+    # Every X-Forwarded-For line, in order: a proxy may append its own line after one the client sent.
+    forwarded = ", ".join(request.headers.getlist("x-forwarded-for")) or None
+    client = ratelimit.client_address(peer, forwarded, svc.settings.trusted_proxies)
+    return Caller(client, user_id, {})
+
+
+async def spend(request: Request, who: Caller, kind: ratelimit.Kind) -> Caller:
+    limiter = services(request).limiter
+    if limiter is None:
+        return who
+    budget = await limiter.hit(kind, client=who.client, user_id=who.user_id)
+    return Caller(who.client, who.user_id, budget.headers())
 
 
 async def health(request: Request) -> JSONResponse:
@@ -120,18 +139,27 @@ async def _start(request: Request) -> tuple[chat_pipeline.Started, Caller]:
             headers={"Retry-After": str(DRAIN_RETRY_AFTER_S)},
         )
     body = schemas.parse_chat_request(await read_json(request))  # a malformed request costs no budget
-    who = await caller(request, "ask")
+    who = await identify(request)
     service = chat_service(request)
     slots = services(request).slots
     slot = uuid.uuid4().hex
     if slots is not None:
-        await slots.acquire(who.key, slot)
+        try:
+            # Before the budget: a question refused for too many open answers costs nothing.
+            await slots.acquire(who.key, slot)
+        except RateLimited as busy:
+            limiter = services(request).limiter
+            if limiter is not None:
+                budget = await limiter.peek("ask", client=who.client, user_id=who.user_id)
+                busy.headers = {**budget.headers(), **busy.headers}
+            raise
 
     async def release() -> None:
         if slots is not None:
             await slots.release(who.key, slot)
 
     try:
+        who = await spend(request, who, "ask")
         started = await chat_pipeline.start(service, body, user_id=who.user_id, caller=who.key, on_finish=release)
     except BaseException:
         await release()

@@ -33,7 +33,8 @@ from server.generation import (
     cited_numbers,
     invalid_markers,
 )
-from server.retrieval import Retrieval, Retriever, Source
+from server.prompts import HISTORY_BUDGET_TOKENS
+from server.retrieval import CONTEXT_BUDGET_TOKENS, Retrieval, Retriever, Source
 from server.schemas import ChatRequest
 from server.store import Citation, Completion, Exchange, Store
 from server.streaming import MessageStream, StreamRegistry
@@ -201,9 +202,14 @@ async def _session(
         return _Session(request.session_id or uuid.uuid4(), None, persisted=False)
 
 
+# What an answer still streaming is counted as against SESSION_DAILY_TOKENS until its real usage is stored:
+# a whole prompt (sources and history at their budgets, the rules) and a long answer.
+IN_FLIGHT_TOKENS = CONTEXT_BUDGET_TOKENS + HISTORY_BUDGET_TOKENS + 1000
+
+
 async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) -> None:
     now = datetime.now(UTC)
-    used = await store.tokens_used_since(session_id, now - timedelta(days=1))
+    used = await store.tokens_used_since(session_id, now - timedelta(days=1), in_flight_tokens=IN_FLIGHT_TOKENS)
     if used >= budget:
         metrics.RATE_LIMITED.labels("token_budget").inc()
         raise RateLimited(

@@ -75,12 +75,7 @@ class RateLimiter:
 
     async def hit(self, kind: Kind, *, client: str, user_id: str | None) -> Budget:
         """Spend one unit of ``kind`` for this caller; raises ``RateLimited`` (429) when none is left."""
-        if kind == "read":
-            name, key = "read", f"user:{user_id}" if user_id else f"ip:{client}"
-        elif user_id:
-            name, key = "user", f"user:{user_id}"
-        else:
-            name, key = "anon", f"ip:{client}"
+        name, key = self._bucket(kind, client, user_id)
         item = self._items[name]
         allowed, reset_at, remaining = await self._hit(item, name, key)
         reset_s = max(1, math.ceil(reset_at - time.time()))
@@ -94,6 +89,26 @@ class RateLimiter:
                 headers=budget.headers(),
             )
         return budget
+
+    async def peek(self, kind: Kind, *, client: str, user_id: str | None) -> Budget:
+        """What ``hit`` would report, without spending anything (for the headers of another refusal)."""
+        name, key = self._bucket(kind, client, user_id)
+        item = self._items[name]
+        limiter = (
+            self._redis if self._redis is not None and time.monotonic() >= self._redis_down_until else self._memory
+        )
+        try:
+            stats = await limiter.get_window_stats(item, self._prefix, name, key)
+        except Exception:  # noqa: BLE001 -- headers are best effort
+            stats = await self._memory.get_window_stats(item, self._prefix, name, key)
+        return Budget(item.amount, max(0, stats.remaining), max(1, math.ceil(stats.reset_time - time.time())))
+
+    def _bucket(self, kind: Kind, client: str, user_id: str | None) -> tuple[str, str]:
+        if kind == "read":
+            return "read", f"user:{user_id}" if user_id else f"ip:{client}"
+        if user_id:
+            return "user", f"user:{user_id}"
+        return "anon", f"ip:{client}"
 
     async def _hit(self, item: RateLimitItem, name: str, key: str) -> tuple[bool, float, int]:
         limiter = self._memory
@@ -114,21 +129,36 @@ class RateLimiter:
 
 
 def client_address(peer: str | None, forwarded_for: str | None, trusted: Sequence[Network]) -> str:
-    """The socket peer, or, when the peer is a trusted proxy, the nearest untrusted address it forwarded.
+    """Who the client is, for limits: the socket peer, or, when the peer is a trusted proxy, the nearest
+    untrusted address it forwarded; then one key per person, not per address (``client_key``).
 
     ``X-Forwarded-For`` is read right to left and only through trusted hops, so a client cannot mint new
-    budgets by sending its own header.
+    budgets by sending its own header. ``forwarded_for`` must hold every ``X-Forwarded-For`` line of the
+    request joined with commas, in order (a proxy such as HAProxy appends its own line after the client's).
     """
     address = peer or "unknown"
-    if not trusted or not forwarded_for or not _is_trusted(address, trusted):
+    if trusted and forwarded_for and _is_trusted(address, trusted):
+        for hop in reversed([part.strip() for part in forwarded_for.split(",") if part.strip()]):
+            if not _valid_ip(hop):
+                break
+            address = hop
+            if not _is_trusted(hop, trusted):
+                break
+    return client_key(address)
+
+
+def client_key(address: str) -> str:
+    """One key per client: an IPv4-mapped IPv6 address is its IPv4 address, and an IPv6 client is its /64
+    (one home or one device's privacy addresses: it can pick any address inside it at will)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
         return address
-    for hop in reversed([part.strip() for part in forwarded_for.split(",") if part.strip()]):
-        if not _valid_ip(hop):
-            return address
-        address = hop
-        if not _is_trusted(hop, trusted):
-            return hop
-    return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def _is_trusted(address: str, trusted: Sequence[Network]) -> bool:

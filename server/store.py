@@ -372,13 +372,20 @@ class Store:
             )
             return cur.rowcount > 0
 
-    async def tokens_used_since(self, session_id: uuid.UUID, since: datetime) -> int:
+    async def tokens_used_since(self, session_id: uuid.UUID, since: datetime, *, in_flight_tokens: int = 0) -> int:
+        """Tokens the session's answers used since ``since``; an answer still streaming (started in the last
+        15 minutes: older ones are orphans a worker left) counts as ``in_flight_tokens``, its usage not known yet."""
         row = await self._fetchone(
             """
-            SELECT coalesce(sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0)), 0) AS used
+            SELECT coalesce(sum(
+                CASE WHEN role = 'assistant' AND status = 'streaming'
+                          AND created_at > now() - interval '15 minutes'
+                     THEN %s
+                     ELSE coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0) END
+            ), 0) AS used
             FROM chat_messages WHERE session_id = %s AND created_at >= %s
             """,
-            (session_id, since),
+            (in_flight_tokens, session_id, since),
         )
         return int(row["used"]) if row else 0
 

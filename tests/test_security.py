@@ -5,6 +5,7 @@ Real Postgres and Redis, the app on a real socket, the offline generator (no mod
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -235,10 +236,17 @@ async def test_a_forged_x_forwarded_for_mints_no_new_budget(app_server: App) -> 
         ("10.0.0.5", "203.0.113.9, 10.0.0.7", ["10.0.0.0/8"], "203.0.113.9"),  # through two trusted hops
         ("192.0.2.1", "203.0.113.9", ["10.0.0.0/8"], "192.0.2.1"),  # an untrusted peer's header is ignored
         ("10.0.0.5", "not-an-ip", ["10.0.0.0/8"], "10.0.0.5"),
+        # Two header lines joined in order: the client's own line first, then the one its proxy appended.
+        ("10.0.0.5", "192.0.2.77, 203.0.113.9", ["10.0.0.0/8"], "203.0.113.9"),
+        # An IPv6 client is its /64; an IPv4-mapped address is the IPv4 address.
+        ("2001:db8:1:2::1", None, [], "2001:db8:1:2::/64"),
+        ("10.0.0.5", "2001:db8:1:2:aaaa:bbbb:cccc:dddd", ["10.0.0.0/8"], "2001:db8:1:2::/64"),
+        ("::ffff:203.0.113.9", None, [], "203.0.113.9"),
+        ("10.0.0.5", "::ffff:203.0.113.9", ["10.0.0.0/8"], "203.0.113.9"),
     ],
 )
 def test_the_client_address_believes_forwarded_for_only_through_trusted_proxies(
-    peer: str, header: str, trusted: list[str], expected: str
+    peer: str, header: str | None, trusted: list[str], expected: str
 ) -> None:
     import ipaddress
 
@@ -369,3 +377,77 @@ async def test_the_session_token_is_sent_once_and_never_in_a_replayed_meta(app_s
     for events in (replay, streamed):
         assert events[0].event == "meta" and "session_token" not in events[0].json()
         assert all("session_token" not in (e.data or "") for e in events)
+
+
+# -- limits that bent in the attack run ---------------------------------------------------------------
+
+
+async def test_a_clients_own_forwarded_line_before_the_proxys_buys_no_budget(app_server: App) -> None:
+    async with app_server(TRUSTED_PROXIES="127.0.0.1/32", RATE_LIMIT_ANON="3/minute") as client:
+        codes = []
+        for i in range(5):
+            # The client sends its own X-Forwarded-For line; its proxy (HAProxy) appends a second line.
+            headers = [("X-Forwarded-For", f"192.0.2.{i}"), ("X-Forwarded-For", "198.51.100.7")]
+            response = await client.post("/api/chat/messages", json={"question": QUESTION}, headers=headers)
+            codes.append(response.status_code)
+    assert codes == [202, 202, 202, 429, 429]
+
+
+async def test_an_ipv6_client_is_limited_per_64_and_a_mapped_ipv4_is_the_ipv4(app_server: App) -> None:
+    async with app_server(TRUSTED_PROXIES="127.0.0.1/32", RATE_LIMIT_ANON="3/minute") as client:
+
+        async def from_(address: str) -> int:
+            answer = await client.post("/api/chat/messages", json={"question": QUESTION}, headers=_from(address))
+            return answer.status_code
+
+        same_64 = [await from_(f"2001:db8:1:2::{i}") for i in range(1, 5)]
+        next_64 = await from_("2001:db8:1:3::1")
+        mapped = [
+            await from_(a) for a in ("::ffff:198.51.100.8", "198.51.100.8", "::ffff:198.51.100.8", "198.51.100.8")
+        ]
+    assert same_64 == [202, 202, 202, 429] and next_64 == 202
+    assert mapped == [202, 202, 202, 429]
+
+
+async def test_a_question_refused_for_too_many_open_answers_spends_nothing_and_says_the_budget(
+    app_server: App,
+) -> None:
+    async with app_server(MAX_STREAMS_PER_CLIENT="1", RATE_LIMIT_ANON="5/hour") as client:
+        first = await client.post("/api/chat/messages", json={"question": QUESTION})
+        busy = await client.post("/api/chat/messages", json={"question": QUESTION})
+        await read_all(client, "GET", first.json()["stream_url"])
+        for _ in range(50):  # the slot is released just after the answer ends
+            later = await client.post("/api/chat/messages", json={"question": QUESTION})
+            if later.status_code == 202:
+                break
+            await asyncio.sleep(0.05)
+    assert first.headers["ratelimit-remaining"] == "4"
+    assert busy.status_code == 429 and busy.json()["error"]["code"] == "too_many_streams"
+    assert busy.headers["ratelimit-limit"] == "5" and busy.headers["ratelimit-remaining"] == "4"
+    assert int(busy.headers["retry-after"]) >= 1
+    assert later.status_code == 202 and later.headers["ratelimit-remaining"] == "3"
+
+
+async def test_an_answer_still_streaming_counts_against_the_daily_token_budget(app_server: App, clean_db: str) -> None:
+    from server.chat import IN_FLIGHT_TOKENS
+
+    async with app_server(SESSION_DAILY_TOKENS=str(IN_FLIGHT_TOKENS)) as client:
+        meta = await ask(client)
+        follow_up = {"question": QUESTION, "session_id": meta["session_id"], "session_token": meta["session_token"]}
+        with psycopg.connect(clean_db) as conn:  # as if that answer were still being generated
+            conn.execute(
+                "UPDATE chat_messages SET status = 'streaming', prompt_tokens = NULL, completion_tokens = NULL "
+                "WHERE id = %s",
+                (meta["message_id"],),
+            )
+        while_streaming = await client.post("/api/chat/messages", json=follow_up)
+        with psycopg.connect(clean_db) as conn:  # it ends having used little
+            conn.execute(
+                "UPDATE chat_messages SET status = 'complete', prompt_tokens = 30, completion_tokens = 10 "
+                "WHERE id = %s",
+                (meta["message_id"],),
+            )
+        after = await client.post("/api/chat/messages", json=follow_up)
+    assert while_streaming.status_code == 429
+    assert while_streaming.json()["error"]["code"] == "token_budget_exhausted"
+    assert after.status_code == 202
