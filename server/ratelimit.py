@@ -19,7 +19,7 @@ from typing import Any, Literal
 from limits import RateLimitItem, parse
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
-from redis.asyncio import ConnectionPool
+from redis.asyncio import BlockingConnectionPool
 
 from server import metrics
 from server.errors import RateLimited
@@ -56,11 +56,13 @@ class RateLimiter:
         self._prefix = prefix
         self._memory = MovingWindowRateLimiter(storage_from_string("async+memory://"))
         self._redis: MovingWindowRateLimiter | None = None
-        self._pool: ConnectionPool | None = None
+        self._pool: BlockingConnectionPool | None = None
         if settings.redis_url:
             # Our own pool, so ``aclose`` can release its sockets (limits has no close of its own).
-            self._pool = ConnectionPool.from_url(
+            self._pool = BlockingConnectionPool.from_url(
                 settings.redis_url,
+                max_connections=settings.redis_max_connections,
+                timeout=settings.db_timeout_s,  # a full pool waits for a connection rather than failing open
                 socket_timeout=settings.db_timeout_s,
                 socket_connect_timeout=settings.db_timeout_s,
             )

@@ -12,7 +12,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from server.auth import Authenticator
 from server.embeddings import Embedder, create_embedder
@@ -53,7 +53,9 @@ async def open_services(settings: Settings, *, retrieval: bool = False, chat: bo
             stack.push_async_callback(store.close)
             services.store = store
         if settings.redis_url:
-            redis = open_redis(settings.redis_url, timeout_s=settings.db_timeout_s)
+            redis = open_redis(
+                settings.redis_url, timeout_s=settings.db_timeout_s, max_connections=settings.redis_max_connections
+            )
             stack.push_async_callback(redis.aclose)
             services.redis = redis
         if retrieval:
@@ -105,9 +107,18 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     )
 
 
-def open_redis(url: str, *, timeout_s: float) -> Redis:
-    return Redis.from_url(
+def open_redis(url: str, *, timeout_s: float, max_connections: int = 200) -> Redis:
+    return Redis(connection_pool=redis_pool(url, timeout_s=timeout_s, max_connections=max_connections))
+
+
+def redis_pool(url: str, *, timeout_s: float, max_connections: int) -> BlockingConnectionPool:
+    """A pool that, when all ``max_connections`` are busy (a burst of questions), makes the next caller wait
+    up to ``timeout_s`` for one to come back instead of failing at once (redis-py's default pool raises,
+    and the callers then fall back to per-process counting)."""
+    return BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=timeout_s,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         health_check_interval=30,

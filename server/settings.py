@@ -55,6 +55,7 @@ class Settings:
     database_url: str | None = None
     embedded_postgres: bool = True  # EMBEDDED_POSTGRES: with DATABASE_URL unset, serve runs a private Postgres
     redis_url: str | None = None
+    redis_max_connections: int = 200  # REDIS_MAX_CONNECTIONS: per process and pool; a full pool waits briefly
     qdrant_url: str | None = None
     qdrant_api_key: Secret | None = None
     qdrant_path: Path = Path("./data/qdrant")
@@ -104,6 +105,7 @@ class Settings:
             database_url=r.url("DATABASE_URL", schemes=("postgresql", "postgres")),
             embedded_postgres=r.choice("EMBEDDED_POSTGRES", ("on", "off"), "on", lower=True) == "on",
             redis_url=r.url("REDIS_URL", schemes=("redis", "rediss", "unix")),
+            redis_max_connections=r.number("REDIS_MAX_CONNECTIONS", int, cls.redis_max_connections, minimum=2),
             qdrant_url=r.url("QDRANT_URL", schemes=("http", "https")),
             qdrant_api_key=r.secret("QDRANT_API_KEY"),
             qdrant_path=r.path("QDRANT_PATH", cls.qdrant_path),

@@ -154,3 +154,30 @@ async def test_stream_slots_keep_counting_in_process_when_redis_is_down(throwawa
         await slots.acquire("ip:10.0.0.5", "m2")
     finally:
         await client.aclose()
+
+
+async def test_a_burst_bigger_than_the_redis_pool_waits_for_connections_instead_of_failing_open(
+    throwaway_redis: ThrowawayRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    from server.services import open_redis
+
+    settings = Settings.from_env(
+        {"REDIS_URL": throwaway_redis.url, "RATE_LIMIT_ANON": "1000/hour", "REDIS_MAX_CONNECTIONS": "4"}
+    )
+    limiter = RateLimiter(settings, prefix="burst")
+    client = open_redis(throwaway_redis.url, timeout_s=2.0, max_connections=4)
+    slots = StreamSlots(1000, client)
+    try:
+        with caplog.at_level(logging.WARNING):
+            await asyncio.gather(*(limiter.hit("ask", client="203.0.113.5", user_id=None) for _ in range(200)))
+            await asyncio.gather(*(slots.acquire("ip:203.0.113.5", f"m{i}") for i in range(200)))
+        left = await limiter.peek("ask", client="203.0.113.5", user_id=None)
+        counted = await client.zcard("tc:slots:ip:203.0.113.5")
+    finally:
+        await client.aclose()
+        await limiter.aclose()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+    assert left.remaining == 800  # all 200 counted in Redis, once each
+    assert counted == 200
