@@ -38,6 +38,7 @@ from server.retrieval import CONTEXT_BUDGET_TOKENS, Retrieval, Retriever, Source
 from server.schemas import ChatRequest
 from server.store import Citation, Completion, Exchange, Store
 from server.streaming import MessageStream, StreamRegistry
+from server.writes import AnswerWriter
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class ChatService:
     capabilities: Capabilities
     llm_enabled: bool
     daily_tokens: int = 50_000  # SESSION_DAILY_TOKENS: a session's budget over the last 24 hours
+    writer: AnswerWriter | None = None  # writes finished answers (with the store)
 
 
 @dataclass(frozen=True)
@@ -288,8 +290,8 @@ async def _run(
         metrics.GENERATIONS.dec()
         _record(stream, state, started)
         try:
-            if exchange is not None and chat.store is not None:
-                await _persist(chat.store, exchange, stream, state, started)
+            if exchange is not None and chat.writer is not None:
+                await _persist(chat.writer, exchange, stream, state, started)
         finally:
             stream.release()  # the terminal event, held until the answer was stored (streaming.py)
         if on_finish is not None:
@@ -534,7 +536,9 @@ def _end_cancelled(stream: MessageStream, state: _RunState, started: float) -> N
         _done(stream, "cancelled", state, {"retrieval": 0.0, "first_token": 0.0, "total": total})
 
 
-async def _persist(store: Store, exchange: Exchange, stream: MessageStream, state: _RunState, started: float) -> None:
+async def _persist(
+    writer: AnswerWriter, exchange: Exchange, stream: MessageStream, state: _RunState, started: float
+) -> None:
     by_n = {s.n: s for s in state.sources}
     citations = [
         Citation(
@@ -560,30 +564,13 @@ async def _persist(store: Store, exchange: Exchange, stream: MessageStream, stat
         latency_ms=int((time.perf_counter() - started) * 1000),
         citations=citations,
     )
+    written = writer.submit(exchange.assistant_message_id, completion)
     try:
-        await store.finish_message(exchange.assistant_message_id, completion)
-    except DatabaseUnavailable:
-        # The reader has the answer; keep it for their history too (tests/test_drills.py kills Postgres mid-answer).
-        log.warning("answer not stored yet: database unavailable; retrying for %.0f s", STORE_RETRY_S)
-        task = asyncio.create_task(_store_later(store, exchange.assistant_message_id, completion))
-        _pending_writes.add(task)
-        task.add_done_callback(_pending_writes.discard)
+        # The terminal event waits for the write (history read right after `done` has the answer), but only
+        # briefly: in an outage or a burst the writer keeps the answer and the reader is not held up.
+        await asyncio.wait_for(asyncio.shield(written), timeout=PERSIST_WAIT_S)
+    except TimeoutError:
+        log.info("answer queued for writing", extra={"message_id": str(exchange.assistant_message_id)})
 
 
-STORE_RETRY_S = 300.0  # how long an answer waits for Postgres to come back before it is given up
-_pending_writes: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
-
-
-async def _store_later(store: Store, message_id: uuid.UUID, completion: Completion) -> None:
-    deadline = time.monotonic() + STORE_RETRY_S
-    while time.monotonic() < deadline:
-        await asyncio.sleep(1.0)
-        try:
-            await store.finish_message(message_id, completion)
-        except DatabaseUnavailable:
-            continue
-        log.info("answer stored after the database came back", extra={"message_id": str(message_id)})
-        return
-    log.error(
-        "answer not stored: database unavailable for %.0f s", STORE_RETRY_S, extra={"message_id": str(message_id)}
-    )
+PERSIST_WAIT_S = 2.0  # how long `done` waits for the answer to be in Postgres

@@ -47,7 +47,12 @@ async def open_services(settings: Settings, *, retrieval: bool = False, chat: bo
     services = Services(settings=settings)
     async with AsyncExitStack() as stack:
         if settings.database_url:
-            pool = create_pool(settings.database_url, timeout_s=settings.db_timeout_s)
+            pool = create_pool(
+                settings.database_url,
+                timeout_s=settings.db_timeout_s,
+                max_size=settings.db_pool_size,
+                queue_timeout_s=settings.db_queue_timeout_s,
+            )
             store = Store(pool, timeout_s=settings.db_timeout_s)
             await store.open()
             stack.push_async_callback(store.close)
@@ -91,6 +96,14 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     if relay is not None:
         await relay.start(on_cancel=registry.cancel_here)
         stack.push_async_callback(relay.close)  # after cancel_all below (LIFO): the last events reach Redis
+    writer = None
+    if services.store is not None:
+        from server.writes import AnswerWriter
+
+        writer = AnswerWriter(services.store, settings.data_dir / "pending-writes")
+        await writer.start()
+        # Closed after cancel_all below (LIFO), so the answers it interrupts are written or spilled too.
+        stack.push_async_callback(writer.close, settings.shutdown_grace_s)
     stack.push_async_callback(registry.cancel_all, "shutdown")
     key = settings.stream_signing_key.reveal().encode() if settings.stream_signing_key else None
     generator = create_generator(settings)
@@ -104,6 +117,7 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
         capabilities=Capabilities(key, ttl_s=settings.stream_ttl_s),
         llm_enabled=settings.llm_enabled,
         daily_tokens=settings.session_daily_tokens,
+        writer=writer,
     )
 
 

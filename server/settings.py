@@ -78,6 +78,8 @@ class Settings:
     book_path: Path | None = None
     llm_timeout_s: float = 20.0
     db_timeout_s: float = 2.0
+    db_pool_size: int = 20  # DB_POOL_SIZE: connections per process
+    db_queue_timeout_s: float = 10.0  # DB_QUEUE_TIMEOUT_S: how long a query waits for a free connection in a burst
     qdrant_timeout_s: float = 2.0
     data_dir: Path = Path("./data")
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
@@ -128,6 +130,8 @@ class Settings:
             book_path=r.optional_path("BOOK_PATH"),
             llm_timeout_s=r.number("LLM_TIMEOUT_S", float, cls.llm_timeout_s, minimum=0.001),
             db_timeout_s=r.number("DB_TIMEOUT_S", float, cls.db_timeout_s, minimum=0.001),
+            db_pool_size=r.number("DB_POOL_SIZE", int, cls.db_pool_size, minimum=2),
+            db_queue_timeout_s=r.number("DB_QUEUE_TIMEOUT_S", float, cls.db_queue_timeout_s, minimum=0.001),
             qdrant_timeout_s=r.number("QDRANT_TIMEOUT_S", float, cls.qdrant_timeout_s, minimum=0.001),
             data_dir=r.path("DATA_DIR", cls.data_dir),
             trusted_proxies=r.networks("TRUSTED_PROXIES"),

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import psycopg
 from psycopg.rows import dict_row
@@ -130,7 +130,9 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_pool(database_url: str, *, timeout_s: float, max_size: int = 10) -> AsyncConnectionPool:
+def create_pool(
+    database_url: str, *, timeout_s: float, max_size: int = 20, queue_timeout_s: float | None = None
+) -> AsyncConnectionPool:
     """A closed pool; ``Store.open`` opens it without waiting, so start-up works while Postgres is down."""
     statement_ms = max(1, int(timeout_s * 1000))
     return AsyncConnectionPool(
@@ -138,7 +140,7 @@ def create_pool(database_url: str, *, timeout_s: float, max_size: int = 10) -> A
         min_size=1,
         max_size=max_size,
         open=False,
-        timeout=timeout_s,
+        timeout=queue_timeout_s if queue_timeout_s is not None else timeout_s,  # waiting for a free connection
         reconnect_timeout=0,  # keep retrying in the background for as long as the database is away
         kwargs={
             # One round trip per single-statement call (no BEGIN, no COMMIT); multi-statement writes use
@@ -156,6 +158,7 @@ class Store:
         self._pool = pool
         self._timeout_s = timeout_s
         self._down_until = 0.0
+        self._working = False  # a query succeeded since start-up or the last failure
 
     async def open(self) -> None:
         await self._pool.open(wait=False)
@@ -331,6 +334,41 @@ class Store:
                 (message_id,),
             )
 
+    async def finish_messages(self, batch: Sequence[tuple[uuid.UUID, Completion]]) -> None:
+        """``finish_message`` for many answers in one transaction (the answer writer's batches); idempotent."""
+        if not batch:
+            return
+        async with self._conn() as conn, conn.transaction():
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    """
+                    UPDATE chat_messages
+                    SET content = %s, status = %s, confidence = %s, model = %s,
+                        prompt_tokens = %s, completion_tokens = %s, latency_ms = %s
+                    WHERE id = %s
+                    """,
+                    [
+                        (
+                            c.content,
+                            c.status,
+                            c.confidence,
+                            c.model,
+                            c.prompt_tokens,
+                            c.completion_tokens,
+                            c.latency_ms,
+                            message_id,
+                        )
+                        for message_id, c in batch
+                    ],
+                )
+            for message_id, completion in batch:
+                await self._add_citations(conn, message_id, completion.citations)
+            await conn.execute(
+                "UPDATE chat_sessions SET last_activity_at = now() "
+                "WHERE id IN (SELECT session_id FROM chat_messages WHERE id = ANY(%s))",
+                ([message_id for message_id, _ in batch],),
+            )
+
     async def add_citations(self, message_id: uuid.UUID, citations: Sequence[Citation]) -> None:
         async with self._conn() as conn, conn.transaction():
             await self._add_citations(conn, message_id, citations)
@@ -450,17 +488,36 @@ class Store:
 
     @asynccontextmanager
     async def _conn(self, *, timeout_s: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection; the block gets ``timeout_s`` once it has one.
+
+        Waiting for a free connection (a burst: every connection busy) is bounded by the pool's own timeout
+        (DB_QUEUE_TIMEOUT_S), not by ``timeout_s``, and does not open the breaker: the database is busy, not
+        down. The breaker opens on a failed connection or query, or when the pool has no connection at all.
+        """
         if not self.available:
             raise DatabaseUnavailable("Chat history is temporarily unavailable.")
         limit = timeout_s or self._timeout_s
+        # Right after a query worked, no free connection means a burst: wait in the queue (DB_QUEUE_TIMEOUT_S).
+        # Otherwise (start-up, or after a failure) the database may be away: fail within ``limit``.
+        connected = self._working
         try:
-            async with asyncio.timeout(limit):
-                async with self._pool.connection(timeout=limit) as conn:
+            async with self._pool.connection(timeout=None if connected else limit) as conn:
+                async with asyncio.timeout(limit):
                     yield conn
-        except (TimeoutError, PoolTimeout, psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-            self._down_until = time.monotonic() + _BREAKER_S
-            log.warning("database unavailable: %s", type(exc).__name__)
-            raise DatabaseUnavailable("Chat history is temporarily unavailable.") from exc
+            self._working = True
+        except PoolTimeout as exc:
+            if connected:
+                log.warning("database busy: no free connection within the queue timeout")
+                raise DatabaseUnavailable("Chat history is busy right now.") from exc
+            self._trip(exc)
+        except (TimeoutError, psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
+            self._trip(exc)
+
+    def _trip(self, exc: BaseException) -> NoReturn:
+        self._working = False
+        self._down_until = time.monotonic() + _BREAKER_S
+        log.warning("database unavailable: %s", type(exc).__name__)
+        raise DatabaseUnavailable("Chat history is temporarily unavailable.") from exc
 
     async def _fetchone(self, query: str, params: Sequence[Any]) -> dict[str, Any] | None:
         async with self._conn() as conn:

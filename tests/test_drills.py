@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -401,3 +402,47 @@ async def test_qdrant_unreachable_or_hung_answers_from_the_faq_and_keeps_history
     assert fake.requests == []  # no paid generation without sources
     assert health_closed["status"] == "degraded" and health_closed["services"]["qdrant"] == "down"
     assert health_hung.status_code == 200 and health_hung.json()["services"]["qdrant"] == "down"
+
+
+# -- a burst of questions on a small database pool -----------------------------------------------------
+
+
+async def test_a_burst_on_a_small_pool_stores_every_question_and_answer(
+    demo_index_dir: Path, tmp_path: Path, clean_db: str
+) -> None:
+    from tests.servers import server_process
+
+    burst = 300
+    fake = FakeOpenAI(default=ok(LONG_ANSWER, token_delay_s=0.005))  # the answers end close together
+    env = {
+        "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "data")),
+        "DATABASE_URL": clean_db,
+        # The queue is the point: 300 questions and 300 answers through 2 connections, with queries
+        # allowed 0.3 s each; waiting for a connection is not a query timing out.
+        "DB_POOL_SIZE": "2",
+        "DB_TIMEOUT_S": "0.3",
+        "RATE_LIMIT_ANON": "100000/hour",
+        "MAX_STREAMS_PER_CLIENT": "100000",
+        "EMBEDDER": "local",
+        "LOG_FORMAT": "text",
+        "OPENAI_API_KEY": "sk-test",
+    }
+    async with (
+        serving(fake.app()) as llm_url,
+        server_process({**env, "OPENAI_BASE_URL": f"{llm_url}/v1"}, tmp_path / "server.log") as (_, url),
+    ):
+        limits = httpx.Limits(max_connections=burst)
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+            streams = await asyncio.gather(
+                *(read_all(client, "POST", "/api/chat", json={"question": QUESTION}) for _ in range(burst))
+            )
+    answers_seen = sum(1 for s in streams if of_type(s, "done"))
+    with psycopg.connect(clean_db) as conn:
+        questions = conn.execute("SELECT count(*) FROM chat_messages WHERE role = 'user'").fetchone()
+        answers = conn.execute(
+            "SELECT count(*) FROM chat_messages WHERE role = 'assistant' AND status = 'complete' AND content <> ''"
+        ).fetchone()
+    log = (tmp_path / "server.log").read_text()
+    assert answers_seen == burst
+    assert questions == (burst,) and answers == (burst,)
+    assert "database unavailable" not in log and "history_unavailable" not in json.dumps([s[0].json() for s in streams])
