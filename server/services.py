@@ -122,7 +122,8 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
 
 
 def open_redis(url: str, *, timeout_s: float, max_connections: int = 200) -> Redis:
-    return Redis(connection_pool=redis_pool(url, timeout_s=timeout_s, max_connections=max_connections))
+    # from_pool: closing the client closes its pool (with Redis(connection_pool=...) it would not).
+    return Redis.from_pool(redis_pool(url, timeout_s=timeout_s, max_connections=max_connections))
 
 
 def redis_pool(url: str, *, timeout_s: float, max_connections: int) -> BlockingConnectionPool:

@@ -312,6 +312,44 @@ async def test_postgres_killed_mid_answer_then_restarted(
         assert stored(database_url, stream[0].json()["message_id"]) == (LONG_ANSWER, "complete")
 
 
+async def test_a_sigterm_while_postgres_is_down_keeps_the_answer_for_the_next_start(
+    throwaway_postgres: tuple[Daemon, str], demo_index_dir: Path, tmp_path: Path
+) -> None:
+    from tests.servers import server_process
+
+    postgres, database_url = throwaway_postgres
+    fake = FakeOpenAI(default=ok(LONG_ANSWER, token_delay_s=0.01))
+    data = copy_index(demo_index_dir, tmp_path / "data")
+    async with asyncio.timeout(DRILL_TIMEOUT_S), serving(fake.app()) as llm_url:
+        env = {
+            "DATA_DIR": str(data),
+            "DATABASE_URL": database_url,
+            "EMBEDDER": "local",
+            "LOG_FORMAT": "text",
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": f"{llm_url}/v1",
+            "SHUTDOWN_GRACE_S": "1",
+        }
+        async with server_process(env, tmp_path / "a.log") as (process, url):
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                stream = await ask_while(client, 5, postgres.kill)  # the question is stored; the answer cannot be
+            process.terminate()  # SIGTERM with the answer waiting for Postgres
+            await asyncio.to_thread(process.wait, 30)
+        spilled = [path.read_text() for path in (data / "pending-writes").glob("*.jsonl")]
+        message_id = stream[0].json()["message_id"]
+
+        await postgres.start()
+        assert stored(database_url, message_id) == ("", "streaming")
+        async with server_process(env, tmp_path / "b.log"):
+            await until(lambda: stored(database_url, message_id) == (LONG_ANSWER, "complete"), "spilled answer lost")
+        leftover = list((data / "pending-writes").glob("*.jsonl"))
+
+    assert answer_text(stream) == LONG_ANSWER and of_type(stream, "done")
+    assert len(spilled) == 1 and message_id in spilled[0]
+    assert "kept in" in (tmp_path / "a.log").read_text()
+    assert leftover == []
+
+
 # -- Redis ---------------------------------------------------------------------------------------------
 
 
