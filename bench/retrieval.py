@@ -18,7 +18,6 @@ from pathlib import Path
 from bench import figures
 from bench.figures import Figure
 from server import evaluate, ingest
-from server.index import VectorIndex
 from server.retrieval import Retriever
 from server.services import open_services
 from server.settings import Settings
@@ -33,18 +32,15 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the index")
     parser.add_argument("--rounds", type=int, default=5, help="passes over the question set (default: 5)")
     parser.add_argument(
-        "--qdrant-query", action="store_true", help="use Qdrant's own hybrid query (the server path) for comparison"
-    )
-    parser.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="also write the figures (bench/figures)"
     )
     args = parser.parse_args()
     if args.data_dir is None:
         with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
-            stages = asyncio.run(_run(args.book, Path(tmp), args.rounds, args.qdrant_query))
+            stages = asyncio.run(_run(args.book, Path(tmp), args.rounds))
     else:
-        stages = asyncio.run(_run(args.book, args.data_dir, args.rounds, args.qdrant_query))
-    figures.write(_figures(stages, "Qdrant query" if args.qdrant_query else "in-process"), args.json)
+        stages = asyncio.run(_run(args.book, args.data_dir, args.rounds))
+    figures.write(_figures(stages, "embedded Qdrant Edge"), args.json)
 
 
 def _figures(stages: dict[str, dict[str, list[float]]], how: str) -> list[Figure]:
@@ -66,7 +62,7 @@ def _figures(stages: dict[str, dict[str, list[float]]], how: str) -> list[Figure
     return result
 
 
-async def _run(book: Path, data_dir: Path, rounds: int, qdrant_query: bool) -> dict[str, dict[str, list[float]]]:
+async def _run(book: Path, data_dir: Path, rounds: int) -> dict[str, dict[str, list[float]]]:
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "warning"})
     questions = evaluate.load_questions(book / "questions.jsonl")
     async with open_services(settings, retrieval=True) as services:
@@ -77,14 +73,13 @@ async def _run(book: Path, data_dir: Path, rounds: int, qdrant_query: bool) -> d
             print(f"ingested {book.name}: {report.summary()} in {time.perf_counter() - started:.1f} s")
         embedder = services.embedder
         index = services.index
-        if qdrant_query:
-            # The same storage treated as a Qdrant server: retrieval sends Prefetch + RRF queries to it.
-            index = VectorIndex(index.client, collection=index.collection, timeout_s=30, server_mode=True)
         retriever = Retriever(index, embedder)
         started = time.perf_counter()
         await retriever.warm()
-        what = "embedder load" + ("" if qdrant_query else f" + in-process copy of {await index.count()} chunks")
-        print(f"warm-up ({what}): {(time.perf_counter() - started) * 1000:.0f} ms")
+        print(
+            f"warm-up (embedder load + first query over {await index.count()} chunks): "
+            f"{(time.perf_counter() - started) * 1000:.0f} ms"
+        )
         stages: dict[str, dict[str, list[float]]] = {}
         for n in range(rounds):
             for question in questions:
@@ -109,8 +104,7 @@ async def _run(book: Path, data_dir: Path, rounds: int, qdrant_query: bool) -> d
                 for name, seconds in (("embed", t1 - t0), ("search + rerank", t2 - t1), ("total", t2 - t0)):
                     for group in (mode, "all questions"):
                         stages.setdefault(group, {}).setdefault(name, []).append(seconds * 1000)
-    how = "Qdrant's hybrid query" if qdrant_query else "in-process search"
-    print(f"{len(questions)} questions x {rounds} rounds, local embedder, embedded Qdrant, {how}")
+    print(f"{len(questions)} questions x {rounds} rounds, local embedder, embedded Qdrant Edge (hybrid query)")
     print(f"{'questions':<16} {'stage':<16} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for group, by_stage in sorted(stages.items()):
         for name, values in by_stage.items():

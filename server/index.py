@@ -1,19 +1,18 @@
-"""The Qdrant collection: its schema (named dense + sparse vectors), writes, hybrid queries, the module list.
+"""The book's index: its schema (named dense + sparse vectors), writes, hybrid queries, the module list.
 
-Embedded mode (``QDRANT_PATH``) when ``QDRANT_URL`` is unset; one process may open a path at a time.
-The embedder that built the collection is kept in the collection's metadata, so querying with another
-one fails clearly (``IndexMismatch``) instead of returning nonsense.
+Two engines, one data format: a Qdrant server (``QDRANT_URL``, through qdrant-client) or, by default, an
+embedded Qdrant Edge shard under ``QDRANT_PATH`` (``server/edge.py``; one process opens it at a time).
+The embedder that built the index is kept in its metadata (the collection's on a server, a side file
+with Edge), so querying with another one fails clearly (``IndexMismatch``) instead of returning nonsense.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
@@ -28,7 +27,7 @@ DENSE = "dense"
 SPARSE = "sparse"
 _PAYLOAD_INDEXES = ("module", "chapter", "file_path", "content_hash")
 _SCROLL_FIELDS = ["file_path", "content_hash", "chunk_index"]
-_UPSERT_BATCH = 256
+_TIE_MARGIN = 8  # extra hits fetched so exact ties at the cut are broken by cosine and id, not by the engine
 
 
 class IndexLocked(RuntimeError):
@@ -68,88 +67,82 @@ class ModuleInfo:
     chapters: tuple[Chapter, ...]
 
 
-def open_client(settings: Settings) -> AsyncQdrantClient:
+def open_backend(settings: Settings) -> _Backend:
+    """Qdrant server mode with ``QDRANT_URL``; otherwise the embedded Qdrant Edge shard under ``QDRANT_PATH``."""
     if settings.qdrant_url:
-        return AsyncQdrantClient(
+        client = AsyncQdrantClient(
             url=settings.qdrant_url,
             api_key=settings.qdrant_api_key.reveal() if settings.qdrant_api_key else None,
             timeout=max(1, round(settings.qdrant_timeout_s)),
             check_compatibility=False,  # the check is a network call at construction time
         )
-    settings.qdrant_path.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        try:
-            return AsyncQdrantClient(path=str(settings.qdrant_path))
-        except RuntimeError as exc:
-            if "already accessed" not in str(exc):
-                raise
-        # The refused opener leaves its lock file open; collect it here, where its ResourceWarning is ignored.
-        gc.collect()
-    raise IndexLocked(
-        f"the embedded index at {settings.qdrant_path} is in use by another process (a running server?). "
-        "Stop it first, let the server ingest at start-up (serve --book PATH), or use a Qdrant server "
-        "(QDRANT_URL) for concurrent access."
-    )
+        return ServerCollection(client, settings.qdrant_collection)
+    from server.edge import EdgeCollection
+
+    return EdgeCollection.open(settings.qdrant_path, settings.qdrant_collection)
 
 
 class VectorIndex:
-    def __init__(self, client: AsyncQdrantClient, *, collection: str, timeout_s: float, server_mode: bool) -> None:
-        self.client = client
-        self.collection = collection
+    """One interface over both engines: a Qdrant server (qdrant-client) or the embedded Qdrant Edge shard.
+
+    Both answer the same hybrid query (dense and keyword prefetches fused by RRF, k=2) on the same data
+    format; results are ordered the same way every time (exact ties broken by cosine, then id).
+    """
+
+    def __init__(self, backend: _Backend, *, timeout_s: float) -> None:
+        self.backend = backend
         self._timeout_s = timeout_s
-        self._server_mode = server_mode
         self._modules: list[ModuleInfo] | None = None
         self._expected: tuple[str, str, int] | None = None
         self._verified = False
-        self.generation = 0  # bumped on every write: in-process copies of the index (retrieval.py) watch it
+        self.generation = 0  # bumped on every write: caches of the index's contents watch it
 
     @classmethod
     def from_settings(cls, settings: Settings) -> VectorIndex:
-        return cls(
-            open_client(settings),
-            collection=settings.qdrant_collection,
-            timeout_s=settings.qdrant_timeout_s,
-            server_mode=settings.qdrant_url is not None,
-        )
+        return cls(open_backend(settings), timeout_s=settings.qdrant_timeout_s)
+
+    @property
+    def embedded(self) -> bool:
+        return self.backend.embedded
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.backend.close()
 
     def expect_embedder(self, *, embedder: str, model: str, dim: int) -> None:
         """Before the first query, check the collection was built by this embedder (else ``IndexMismatch``)."""
         self._expected = (embedder, model, dim)
         self._verified = False
 
+    # -- metadata ---------------------------------------------------------------------------------
+
+    async def read_metadata(self) -> dict[str, Any]:
+        """What is kept with the index: the embedder that built it, and whatever ``write_metadata`` added."""
+        return dict(await self._call(self.backend.read_metadata()))
+
+    async def write_metadata(self, **values: Any) -> None:
+        """Add or replace metadata keys (JSON values), kept with the index across restarts."""
+        current = await self.read_metadata()
+        await self._call(self.backend.write_metadata({**current, **values}))
+
     # -- schema -----------------------------------------------------------------------------------
 
     async def ensure_collection(self, *, embedder: str, model: str, dim: int, recreate: bool = False) -> bool:
         """Create the collection for this embedder (True), or check the existing one matches it (False)."""
-        exists = await self.client.collection_exists(self.collection)
+        exists = await self.backend.exists()
         if exists and recreate:
-            await self.client.delete_collection(self.collection)
+            await self.backend.drop()
             exists = False
         self._verified = False
         if exists:
             await self.check_embedder(embedder=embedder, model=model, dim=dim)
             return False
-        await self.client.create_collection(
-            self.collection,
-            vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
-            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-            metadata={"embedder": embedder, "model": model, "dim": dim},
-        )
-        if self._server_mode:
-            # Embedded mode ignores payload indexes and warns, so only a server gets them.
-            for field in _PAYLOAD_INDEXES:
-                await self.client.create_payload_index(self.collection, field, models.PayloadSchemaType.KEYWORD)
+        await self.backend.create(dim, {"embedder": embedder, "model": model, "dim": dim})
         self._modules = None
         self.generation += 1
         return True
 
     async def check_embedder(self, *, embedder: str, model: str, dim: int) -> None:
-        info = await self._call(self.client.get_collection(self.collection))
-        meta = info.config.metadata or {}
+        meta = await self.read_metadata()
         built = (meta.get("embedder"), meta.get("model"), meta.get("dim"))
         if built != (embedder, model, dim):
             raise IndexMismatch(
@@ -165,53 +158,24 @@ class VectorIndex:
         self._verified = True
 
     async def exists(self) -> bool:
-        return bool(await self._call(self.client.collection_exists(self.collection)))
+        return bool(await self._call(self.backend.exists()))
 
     async def count(self) -> int:
-        result = await self._call(self.client.count(self.collection, exact=True))
-        return int(result.count)
+        return int(await self._call(self.backend.count()))
 
     # -- writes -----------------------------------------------------------------------------------
 
     async def indexed_points(self) -> list[IndexedPoint]:
         """Every point's id, file and content hash (what incremental ingest compares against)."""
-        points: list[IndexedPoint] = []
-        offset: Any = None
-        while True:
-            records, offset = await self.client.scroll(
-                self.collection, limit=1024, offset=offset, with_payload=_SCROLL_FIELDS, with_vectors=False
+        return [
+            IndexedPoint(
+                id=point_id,
+                file_path=str(payload.get("file_path", "")),
+                content_hash=str(payload.get("content_hash", "")),
+                chunk_index=int(payload.get("chunk_index", -1)),
             )
-            for record in records:
-                payload = record.payload or {}
-                points.append(
-                    IndexedPoint(
-                        id=str(record.id),
-                        file_path=str(payload.get("file_path", "")),
-                        content_hash=str(payload.get("content_hash", "")),
-                        chunk_index=int(payload.get("chunk_index", -1)),
-                    )
-                )
-            if offset is None:
-                return points
-
-    @property
-    def embedded(self) -> bool:
-        return not self._server_mode
-
-    async def points(self) -> list[tuple[str, list[float], dict[str, Any]]]:
-        """Every point's id, dense vector and payload (retrieval's in-process copy of an embedded index)."""
-        await self._verify()
-        points: list[tuple[str, list[float], dict[str, Any]]] = []
-        offset: Any = None
-        while True:
-            records, offset = await self._call(
-                self.client.scroll(self.collection, limit=1024, offset=offset, with_payload=True, with_vectors=[DENSE])
-            )
-            for record in records:
-                vector = record.vector[DENSE] if isinstance(record.vector, dict) else record.vector
-                points.append((str(record.id), list(vector or []), dict(record.payload or {})))
-            if offset is None:
-                return points
+            async for point_id, payload in self.backend.scroll(_SCROLL_FIELDS)
+        ]
 
     async def upsert(
         self,
@@ -220,41 +184,30 @@ class VectorIndex:
         sparse: Sequence[Sparse],
         payloads: Sequence[Mapping[str, Any]],
     ) -> None:
-        for start in range(0, len(ids), _UPSERT_BATCH):
-            end = start + _UPSERT_BATCH
-            points = [
-                models.PointStruct(
-                    id=point_id,
-                    vector={
-                        DENSE: list(vector),
-                        SPARSE: models.SparseVector(indices=list(sp.indices), values=list(sp.values)),
-                    },
-                    payload=dict(payload),
-                )
-                for point_id, vector, sp, payload in zip(
-                    ids[start:end], dense[start:end], sparse[start:end], payloads[start:end], strict=True
-                )
-            ]
-            await self.client.upsert(self.collection, points=points, wait=True)
+        """Write points in batches, letting the event loop run between them (live streams keep flowing)."""
+        for start in range(0, len(ids), self.backend.upsert_batch):
+            end = start + self.backend.upsert_batch
+            await self.backend.upsert(
+                list(zip(ids[start:end], dense[start:end], sparse[start:end], payloads[start:end], strict=True))
+            )
+            await asyncio.sleep(0)
         self._modules = None
         self.generation += 1
 
     async def set_payloads(self, updates: Mapping[str, Mapping[str, Any]]) -> None:
         for point_id, payload in updates.items():
-            await self.client.set_payload(self.collection, payload=dict(payload), points=[point_id], wait=True)
+            await self.backend.set_payload(point_id, dict(payload))
         self._modules = None
         self.generation += 1
 
     async def delete(self, ids: Iterable[str]) -> None:
-        id_list: list[models.ExtendedPointId] = list(ids)
+        id_list = list(ids)
         for start in range(0, len(id_list), 1024):
-            await self.client.delete(
-                self.collection, points_selector=models.PointIdsList(points=id_list[start : start + 1024]), wait=True
-            )
+            await self.backend.delete(id_list[start : start + 1024])
         self._modules = None
         self.generation += 1
 
-    # -- reads ------------------------------------------------------------------------------------
+    # -- reads ----------------------------------------------------------------------------------
 
     async def hybrid_search(
         self,
@@ -265,58 +218,28 @@ class VectorIndex:
         module: str | None = None,
         file_paths: Sequence[str] | None = None,
     ) -> list[Hit]:
-        """Top ``limit`` by reciprocal-rank fusion of a dense and a keyword query, with dense cosines."""
+        """Top ``limit`` by reciprocal-rank fusion of a dense and a keyword query, with dense cosines.
+
+        A few more than ``limit`` are fetched and sorted by (fused score, cosine, id): engines return exact
+        ties in any order, and the same question must get the same sources every time.
+        """
         await self._verify()
-        conditions: list[models.Condition] = []
-        if module:
-            conditions.append(models.FieldCondition(key="module", match=models.MatchValue(value=module)))
-        if file_paths:
-            conditions.append(models.FieldCondition(key="file_path", match=models.MatchAny(any=list(file_paths))))
-        query_filter = models.Filter(must=conditions) if conditions else None
-        prefetch = [models.Prefetch(query=list(dense), using=DENSE, limit=limit * 2, filter=query_filter)]
-        if sparse.indices:
-            prefetch.append(
-                models.Prefetch(
-                    query=models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
-                    using=SPARSE,
-                    limit=limit * 2,
-                    filter=query_filter,
-                )
-            )
-        response = await self._call(
-            self.client.query_points(
-                self.collection,
-                prefetch=prefetch,
-                query=models.FusionQuery(fusion=models.Fusion.RRF),
-                limit=limit,
-                with_payload=True,
-                with_vectors=[DENSE],
-            )
+        scored = await self._call(
+            self.backend.hybrid(dense, sparse, limit=limit + _TIE_MARGIN, module=module, file_paths=file_paths)
         )
         hits = []
-        for point in response.points:
-            vector = point.vector[DENSE] if isinstance(point.vector, dict) else point.vector
-            cosine = sum(a * b for a, b in zip(dense, vector, strict=True)) if vector else 0.0
-            hits.append(
-                Hit(id=str(point.id), fused_score=point.score, dense_score=float(cosine), payload=point.payload or {})
-            )
-        return hits
+        for point_id, fused, payload, vector in scored:
+            cosine = float(sum(a * b for a, b in zip(dense, vector, strict=True))) if vector else 0.0
+            hits.append(Hit(id=point_id, fused_score=float(fused), dense_score=cosine, payload=payload))
+        hits.sort(key=lambda h: (-round(h.fused_score, 9), -round(h.dense_score, 9), h.id))
+        return hits[:limit]
 
     async def mentions(self, sparse: Sparse) -> bool:
         """Whether any chunk holds one of these keyword terms (a sparse query only matches chunks that share a term)."""
         if not sparse.indices:
             return False
         await self._verify()
-        response = await self._call(
-            self.client.query_points(
-                self.collection,
-                query=models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
-                using=SPARSE,
-                limit=1,
-                with_payload=False,
-            )
-        )
-        return bool(response.points)
+        return bool(await self._call(self.backend.mentions(sparse)))
 
     async def modules(self) -> list[ModuleInfo]:
         """Modules and chapters present in the index, in book order (cached until the next write)."""
@@ -324,28 +247,20 @@ class VectorIndex:
             return self._modules
         fields = ["module", "module_title", "module_position", "chapter", "chapter_id", "doc_url", "doc_position"]
         found: dict[str, dict[str, Any]] = {}
-        offset: Any = None
-        while True:
-            records, offset = await self._call(
-                self.client.scroll(self.collection, limit=2048, offset=offset, with_payload=fields, with_vectors=False)
+        async for _, p in self.backend.scroll(fields):
+            module = found.setdefault(
+                str(p.get("module", "")),
+                {"title": p.get("module_title", ""), "position": p.get("module_position", 0.0), "chapters": {}},
             )
-            for record in records:
-                p = record.payload or {}
-                module = found.setdefault(
-                    str(p.get("module", "")),
-                    {"title": p.get("module_title", ""), "position": p.get("module_position", 0.0), "chapters": {}},
-                )
-                module["chapters"].setdefault(
-                    str(p.get("chapter_id", "")),
-                    Chapter(
-                        id=str(p.get("chapter_id", "")),
-                        title=str(p.get("chapter", "")),
-                        url=str(p.get("doc_url", "")),
-                        position=float(p.get("doc_position", 0.0)),
-                    ),
-                )
-            if offset is None:
-                break
+            module["chapters"].setdefault(
+                str(p.get("chapter_id", "")),
+                Chapter(
+                    id=str(p.get("chapter_id", "")),
+                    title=str(p.get("chapter", "")),
+                    url=str(p.get("doc_url", "")),
+                    position=float(p.get("doc_position", 0.0)),
+                ),
+            )
         result = []
         for module_id, info in found.items():
             chapters = sorted(info["chapters"].values(), key=lambda c: (c.position, c.id))
@@ -362,10 +277,169 @@ class VectorIndex:
         return self._modules
 
     async def _call(self, awaitable: Any) -> Any:
-        """Bound one Qdrant call by QDRANT_TIMEOUT_S and turn its failures into RetrievalUnavailable."""
+        """Bound one engine call by QDRANT_TIMEOUT_S and turn its failures into RetrievalUnavailable."""
         try:
             async with asyncio.timeout(self._timeout_s):
                 return await awaitable
-        except (TimeoutError, UnexpectedResponse, ResponseHandlingException, ConnectionError, OSError) as exc:
+        except (
+            TimeoutError,
+            UnexpectedResponse,
+            ResponseHandlingException,
+            ConnectionError,
+            OSError,
+            EngineError,
+        ) as exc:
             log.warning("qdrant unavailable: %s", type(exc).__name__)
             raise RetrievalUnavailable("The textbook search is temporarily unavailable.") from exc
+
+
+# -- engines ----------------------------------------------------------------------------------------
+
+Scored = tuple[str, float, dict[str, Any], list[float] | None]  # id, fused score, payload, dense vector
+
+
+class EngineError(RuntimeError):
+    """A failure inside the embedded engine (Qdrant Edge raises bare ``Exception``s)."""
+
+
+class _Backend(Protocol):
+    embedded: bool
+    upsert_batch: int
+
+    async def close(self) -> None: ...
+    async def exists(self) -> bool: ...
+    async def create(self, dim: int, metadata: dict[str, Any]) -> None: ...
+    async def drop(self) -> None: ...
+    async def read_metadata(self) -> dict[str, Any]: ...
+    async def write_metadata(self, metadata: dict[str, Any]) -> None: ...
+    async def count(self) -> int: ...
+    def scroll(self, fields: list[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]: ...
+    async def upsert(self, points: list[tuple[str, Sequence[float], Sparse, Mapping[str, Any]]]) -> None: ...
+    async def set_payload(self, point_id: str, payload: dict[str, Any]) -> None: ...
+    async def delete(self, ids: list[str]) -> None: ...
+    async def hybrid(
+        self,
+        dense: Sequence[float],
+        sparse: Sparse,
+        *,
+        limit: int,
+        module: str | None,
+        file_paths: Sequence[str] | None,
+    ) -> list[Scored]: ...
+    async def mentions(self, sparse: Sparse) -> bool: ...
+
+
+class ServerCollection:
+    """A collection on a Qdrant server, through qdrant-client (also its local mode, as a stand-in in tests)."""
+
+    embedded = False
+    upsert_batch = 256
+
+    def __init__(self, client: AsyncQdrantClient, collection: str) -> None:
+        self.client = client
+        self.collection = collection
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def exists(self) -> bool:
+        return bool(await self.client.collection_exists(self.collection))
+
+    async def create(self, dim: int, metadata: dict[str, Any]) -> None:
+        await self.client.create_collection(
+            self.collection,
+            vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            metadata=metadata,
+        )
+        if self.client.init_options.get("url"):  # a real server (local mode ignores payload indexes, and warns)
+            for field in _PAYLOAD_INDEXES:
+                await self.client.create_payload_index(self.collection, field, models.PayloadSchemaType.KEYWORD)
+
+    async def drop(self) -> None:
+        await self.client.delete_collection(self.collection)
+
+    async def read_metadata(self) -> dict[str, Any]:
+        info = await self.client.get_collection(self.collection)
+        return dict(info.config.metadata or {})
+
+    async def write_metadata(self, metadata: dict[str, Any]) -> None:
+        await self.client.update_collection(self.collection, metadata=metadata)
+
+    async def count(self) -> int:
+        return int((await self.client.count(self.collection, exact=True)).count)
+
+    async def scroll(self, fields: list[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        offset: Any = None
+        while True:
+            records, offset = await self.client.scroll(
+                self.collection, limit=1024, offset=offset, with_payload=fields, with_vectors=False
+            )
+            for record in records:
+                yield str(record.id), dict(record.payload or {})
+            if offset is None:
+                return
+
+    async def upsert(self, points: list[tuple[str, Sequence[float], Sparse, Mapping[str, Any]]]) -> None:
+        structs = [
+            models.PointStruct(
+                id=point_id,
+                vector={
+                    DENSE: list(vector),
+                    SPARSE: models.SparseVector(indices=list(sp.indices), values=list(sp.values)),
+                },
+                payload=dict(payload),
+            )
+            for point_id, vector, sp, payload in points
+        ]
+        await self.client.upsert(self.collection, points=structs, wait=True)
+
+    async def set_payload(self, point_id: str, payload: dict[str, Any]) -> None:
+        await self.client.set_payload(self.collection, payload=payload, points=[point_id], wait=True)
+
+    async def delete(self, ids: list[str]) -> None:
+        selector = models.PointIdsList(points=list[models.ExtendedPointId](ids))
+        await self.client.delete(self.collection, points_selector=selector, wait=True)
+
+    async def hybrid(
+        self,
+        dense: Sequence[float],
+        sparse: Sparse,
+        *,
+        limit: int,
+        module: str | None,
+        file_paths: Sequence[str] | None,
+    ) -> list[Scored]:
+        conditions: list[models.Condition] = []
+        if module:
+            conditions.append(models.FieldCondition(key="module", match=models.MatchValue(value=module)))
+        if file_paths:
+            conditions.append(models.FieldCondition(key="file_path", match=models.MatchAny(any=list(file_paths))))
+        query_filter = models.Filter(must=conditions) if conditions else None
+        prefetch = [models.Prefetch(query=list(dense), using=DENSE, limit=limit * 2, filter=query_filter)]
+        if sparse.indices:
+            keyword = models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+            prefetch.append(models.Prefetch(query=keyword, using=SPARSE, limit=limit * 2, filter=query_filter))
+        response = await self.client.query_points(
+            self.collection,
+            prefetch=prefetch,
+            query=models.FusionQuery(fusion=models.Fusion.RRF),
+            limit=limit,
+            with_payload=True,
+            with_vectors=[DENSE],
+        )
+        scored: list[Scored] = []
+        for point in response.points:
+            vector = point.vector[DENSE] if isinstance(point.vector, dict) else point.vector
+            scored.append((str(point.id), point.score, dict(point.payload or {}), list(vector) if vector else None))  # type: ignore[arg-type]
+        return scored
+
+    async def mentions(self, sparse: Sparse) -> bool:
+        response = await self.client.query_points(
+            self.collection,
+            query=models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
+            using=SPARSE,
+            limit=1,
+            with_payload=False,
+        )
+        return bool(response.points)

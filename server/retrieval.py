@@ -7,20 +7,16 @@ follows DESIGN.md's adaptive rules.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
-
-import anyio
 
 from server import confidence, passages, sparse
 from server.confidence import Calibration, Level
 from server.embeddings import Embedder
 from server.index import Hit, VectorIndex
-from server.local_search import Snapshot, searchable
 
 CANDIDATES = 10
 TOP_K = 5
@@ -34,7 +30,7 @@ _EXCERPT_CHARS = 240
 # Up to this many chunks the in-process search and rerank take under a millisecond (0.45 ms for the shared
 # book's 2,379): cheaper on the event loop than a hop to a worker thread and back, which under load waits
 # for the GIL and a core (bench/chat.py). Larger indexes search in a thread so the loop is not held.
-_INLINE_SEARCH_POINTS = 5_000
+_TERMS_CACHE = 20_000  # chunks whose keyword terms the rerank keeps (a book has a few thousand)
 
 Mode = Literal["textbook", "selection"]
 NoticeCode = Literal["low_confidence", "scope_widened", "scope_partial", "scope_limited"]
@@ -112,17 +108,15 @@ class Retrieval:
 class Retriever:
     """Embed, search (dense + keyword, fused), rerank and diversify, widen the scope, score confidence.
 
-    On an embedded index the search runs on an in-process copy of the collection (``local_search.Snapshot``),
-    refreshed whenever this process writes to the index; a Qdrant server answers the same Prefetch + RRF query
-    itself (``VectorIndex.hybrid_search``). Everything after the search is shared by both paths.
+    The search is one Prefetch + RRF query, answered by the embedded Qdrant Edge shard or a Qdrant server
+    (``VectorIndex.hybrid_search``); everything after it is the same for both.
     """
 
     def __init__(self, index: VectorIndex, embedder: Embedder, calibration: Calibration | None = None) -> None:
         self.index = index
         self.embedder = embedder
         self.calibration = calibration or confidence.CALIBRATIONS[embedder.name]
-        self._snapshot: Snapshot | None = None
-        self._snapshot_lock = asyncio.Lock()
+        self._terms: dict[tuple[str, str], frozenset[str]] = {}
 
     async def retrieve(
         self, question: str, *, module: str | None = None, selected_text: str | None = None
@@ -135,10 +129,10 @@ class Retriever:
         return replace(result, timings_ms={"retrieval": round((time.perf_counter() - started) * 1000, 2)})
 
     async def warm(self) -> None:
-        """Load the embedder and the in-process copy of the index now rather than on the first question."""
-        await self.embedder.embed_query("warm up")
-        if self.index.embedded:
-            await self._current_snapshot()
+        """Load the embedder and touch the index now rather than on the first question."""
+        dense = await self.embedder.embed_query("warm up")
+        if await self.index.exists():
+            await self._search(dense, _Query("warm up"), None)
 
     # -- textbook mode ----------------------------------------------------------------------------
 
@@ -218,34 +212,25 @@ class Retriever:
     ) -> list[_Candidate]:
         """The top CANDIDATES of the fused dense + keyword search, reranked."""
         ranking = rank_query or query
-        if self.index.embedded:
-            snapshot = await self._current_snapshot()
-
-            def search_and_rank() -> list[_Candidate]:
-                return _rank(snapshot.search(dense, query.terms, CANDIDATES, module), ranking, snapshot)
-
-            if len(snapshot.vectors) <= _INLINE_SEARCH_POINTS:
-                return search_and_rank()
-            return await anyio.to_thread.run_sync(search_and_rank)
         hits = await self.index.hybrid_search(dense, sparse.query_vector(query.text), limit=CANDIDATES, module=module)
-        return _rank(hits, ranking, None)
+        return _rank(hits, ranking, self._terms_of)
 
-    async def _current_snapshot(self) -> Snapshot:
-        async with self._snapshot_lock:
-            generation = self.index.generation
-            if self._snapshot is None or self._snapshot.generation != generation:
-                points = await self.index.points()
-                self._snapshot = await anyio.to_thread.run_sync(Snapshot, points, generation)
-            return self._snapshot
+    def _terms_of(self, hit: Hit) -> frozenset[str]:
+        """A chunk's keyword terms for the rerank, computed once per chunk version (cached by id and hash)."""
+        key = (hit.id, str(hit.payload.get("content_hash", "")))
+        terms = self._terms.get(key)
+        if terms is None:
+            terms = frozenset(sparse.terms(searchable(hit.payload)))
+            if len(self._terms) >= _TERMS_CACHE:
+                self._terms.pop(next(iter(self._terms)))
+            self._terms[key] = terms
+        return terms
 
     async def _unknown_names(self, query: _Query, ranked: Sequence[_Candidate]) -> tuple[str, ...]:
         """What the question names that the book never mentions (checked in the candidates, then the book)."""
         missing = [name for name in query.names if not any(name in c.terms for c in ranked)]
         if not missing:
             return ()
-        if self.index.embedded:
-            snapshot = await self._current_snapshot()
-            return tuple(name for name in missing if name not in snapshot.keywords)
         unknown = []
         for name in missing:
             if not await self.index.mentions(sparse.Sparse((sparse.term_index(name),), (1.0,))):
@@ -308,18 +293,22 @@ class _Query:
         self.names = tuple(sparse.names(text))
 
 
-def _rank(hits: Sequence[Hit], query: _Query, snapshot: Snapshot | None) -> list[_Candidate]:
+def searchable(payload: Mapping[str, Any]) -> str:
+    """What the keyword side reads: the breadcrumb (module, headings; a crumb equal to the one before it once) and
+    the text, as ingestion builds the sparse vectors the engine searches, so the rerank counts the same terms."""
+    crumbs: list[str] = []
+    for crumb in (str(payload.get("module_title", "")), *(str(h) for h in payload.get("heading_path", ()))):
+        if crumb and (not crumbs or crumbs[-1] != crumb):
+            crumbs.append(crumb)
+    return " ".join(crumbs) + "\n" + str(payload.get("text", ""))
+
+
+def _rank(hits: Sequence[Hit], query: _Query, terms_of: Callable[[Hit], frozenset[str]]) -> list[_Candidate]:
     """Rerank: dense similarity leads; covering the question's keywords lifts a passage; a quiz or an exercise
     resembles the question without answering it, so it is pushed down (``passages.py``)."""
-    index_of = snapshot.position if snapshot else {}
     candidates = []
     for position, hit in enumerate(hits):
-        i = index_of.get(hit.id)
-        terms = (
-            snapshot.terms[i]
-            if snapshot is not None and i is not None
-            else frozenset(sparse.terms(searchable(hit.payload)))
-        )
+        terms = terms_of(hit)
         coverage = len(query.keywords & terms) / len(query.keywords) if query.keywords else 0.0
         relevance = min(1.0, hit.dense_score + _KEYWORD_WEIGHT * coverage)
         rank_score = relevance - passages.rank_penalty(hit.payload, query.text) + 0.02 / (1 + position)

@@ -20,6 +20,7 @@ from server.errors import IndexMismatch, RetrievalUnavailable
 from server.index import VectorIndex
 from server.services import open_services
 from server.settings import Settings
+from server.sparse import Sparse
 from tests.fake_openai import Behaviour, FakeOpenAI, embed
 from tests.servers import serving
 
@@ -146,7 +147,7 @@ async def test_a_query_against_a_collection_built_by_another_embedder_says_to_re
     async with open_services(built, retrieval=True) as services:
         assert services.index is not None
         with pytest.raises(IndexMismatch, match=r"openai:text-embedding-3-small \(1536 dimensions\).*Re-ingest"):
-            await services.index.points()
+            await services.index.mentions(Sparse((1,), (1.0,)))
 
 
 async def test_a_collection_of_another_dimension_is_refused_before_ingesting_into_it(tmp_path: Path) -> None:

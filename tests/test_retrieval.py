@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
+from qdrant_client import AsyncQdrantClient
 
 from server import evaluate, ingest, sparse
 from server.confidence import Calibration
-from server.index import VectorIndex
-from server.local_search import Snapshot
+from server.index import ServerCollection, VectorIndex
 from server.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
 from server.services import open_services
 from server.settings import Settings
@@ -293,42 +293,54 @@ async def test_retrieval_sees_what_was_ingested_after_its_first_question(tmp_pat
     assert not after.declined and after.sources[0].file_path == "m3-walking/flux.md"
 
 
-async def test_a_qdrant_server_answers_the_hybrid_query_itself_with_the_same_ranking(
-    small_index: VectorIndex, retriever: Retriever
+def _server_api_index(path: Path) -> VectorIndex:
+    """The server code path (qdrant-client) on its local mode: the stand-in for a Qdrant server in tests."""
+    return VectorIndex(ServerCollection(AsyncQdrantClient(path=str(path)), "textbook"), timeout_s=30)
+
+
+async def test_the_server_path_ranks_like_the_embedded_engine(tmp_path: Path, small_index: VectorIndex) -> None:
+    server_index = _server_api_index(tmp_path / "server-api")
+    try:
+        await ingest.run(_write_book(tmp_path / "book2"), server_index, WordEmbedder(), base_url="http://book.test")
+        embedded, remote = Retriever(small_index, WordEmbedder(), SCALE), Retriever(server_index, WordEmbedder(), SCALE)
+        for question, module in ((GEAR, None), (GEAR, "m3-walking"), ("How do I tune the gearbox in MoveIt?", None)):
+            local = await embedded.retrieve(question, module=module)
+            served = await remote.retrieve(question, module=module)
+            # Many sections tie exactly with this embedder, so compare what was found, not the order among equals.
+            assert sorted(round(s.score, 4) for s in served.candidates) == sorted(
+                round(s.score, 4) for s in local.candidates
+            )
+            assert served.confidence == pytest.approx(local.confidence, abs=0.01)
+            assert (served.level, served.scope.decision, served.unknown_terms) == (
+                local.level,
+                local.scope.decision,
+                local.unknown_terms,
+            )
+    finally:
+        await server_index.close()
+
+
+@pytest.fixture(scope="module")
+async def demo_server_retriever(
+    demo_retriever: Retriever, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Retriever]:
+    index = _server_api_index(tmp_path_factory.mktemp("demo-server-api"))
+    await ingest.run(DEMO_BOOK, index, demo_retriever.embedder, base_url=Settings.from_env({}).book_base_url)
+    yield Retriever(index, demo_retriever.embedder)
+    await index.close()
+
+
+async def test_the_embedded_and_server_engines_answer_the_same_hybrid_query_on_the_demo_book(
+    demo_retriever: Retriever, demo_server_retriever: Retriever
 ) -> None:
-    # The same storage seen as a server would be: queries go to Qdrant's Prefetch + RRF instead of the copy.
-    as_server = VectorIndex(small_index.client, collection=small_index.collection, timeout_s=2, server_mode=True)
-    server_retriever = Retriever(as_server, WordEmbedder(), SCALE)
-    for question, module in ((GEAR, None), (GEAR, "m3-walking"), ("How do I tune the gearbox in MoveIt?", None)):
-        local = await retriever.retrieve(question, module=module)
-        remote = await server_retriever.retrieve(question, module=module)
-        # Many sections tie exactly here, so compare what was found, not the order among equals.
-        assert sorted(round(s.score, 4) for s in remote.candidates) == sorted(
-            round(s.score, 4) for s in local.candidates
-        )
-        assert remote.confidence == pytest.approx(local.confidence, abs=0.01)
-        assert (remote.level, remote.scope.decision, remote.unknown_terms) == (
-            local.level,
-            local.scope.decision,
-            local.unknown_terms,
-        )
-
-
-async def test_the_in_process_search_fuses_as_qdrants_prefetch_and_rrf_query(demo_retriever: Retriever) -> None:
-    # The real MiniLM index of the demo book. Engines order exact score ties arbitrarily (Qdrant's local mode uses an
-    # unstable sort), so a tie can swap neighbours; anything beyond that is a real difference in the fusion.
-    index = demo_retriever.index
-    as_server = VectorIndex(index.client, collection=index.collection, timeout_s=30, server_mode=True)
-    snapshot = Snapshot(await index.points(), generation=0)
-    same_order = 0
-    cases = 0
+    # The real MiniLM index of the demo book in both engines: the same Prefetch + RRF query, the same points.
+    same_order = cases = 0
     for question in evaluate.load_questions(DEMO_BOOK / "questions.jsonl"):
         for module in {None, question.module}:
             dense = await demo_retriever.embedder.embed_query(question.question)
-            local = snapshot.search(dense, sparse.terms(question.question), 10, module)
-            remote = await as_server.hybrid_search(
-                dense, sparse.query_vector(question.question), limit=10, module=module
-            )
+            keywords = sparse.query_vector(question.question)
+            local = await demo_retriever.index.hybrid_search(dense, keywords, limit=10, module=module)
+            remote = await demo_server_retriever.index.hybrid_search(dense, keywords, limit=10, module=module)
             cases += 1
             same_order += [h.id for h in local] == [h.id for h in remote]
             assert local[0].id == remote[0].id, (question.id, module)
@@ -338,20 +350,44 @@ async def test_the_in_process_search_fuses_as_qdrants_prefetch_and_rrf_query(dem
     assert cases >= 30 and same_order >= 0.9 * cases
 
 
-async def test_a_qdrant_server_path_retrieves_what_the_in_process_path_does_on_a_real_index(
-    demo_retriever: Retriever,
+async def test_the_server_path_retrieves_what_the_embedded_path_does_on_a_real_index(
+    demo_retriever: Retriever, demo_server_retriever: Retriever
 ) -> None:
-    index = demo_retriever.index
-    as_server = Retriever(
-        VectorIndex(index.client, collection=index.collection, timeout_s=30, server_mode=True), demo_retriever.embedder
-    )
     for question in evaluate.load_questions(DEMO_BOOK / "questions.jsonl"):
         module = question.module if question.kind == "module_filter" else None
         local = await demo_retriever.retrieve(question.question, module=module, selected_text=question.selected_text)
-        remote = await as_server.retrieve(question.question, module=module, selected_text=question.selected_text)
+        remote = await demo_server_retriever.retrieve(
+            question.question, module=module, selected_text=question.selected_text
+        )
         assert remote.candidates[0].chunk_id == local.candidates[0].chunk_id, question.id
         assert remote.confidence == pytest.approx(local.confidence, abs=0.02), question.id
         assert (remote.level, remote.scope, remote.unknown_terms) == (local.level, local.scope, local.unknown_terms)
+
+
+async def test_the_same_question_gets_the_same_sources_in_the_same_order_every_time(
+    demo_retriever: Retriever,
+) -> None:
+    questions = [q for q in evaluate.load_questions(DEMO_BOOK / "questions.jsonl")][:5]
+    for question in questions:
+        first = await demo_retriever.retrieve(question.question, module=question.module)
+        for _ in range(10):
+            again = await demo_retriever.retrieve(question.question, module=question.module)
+            assert [s.chunk_id for s in again.candidates] == [s.chunk_id for s in first.candidates]
+
+
+def test_exact_ties_are_broken_by_cosine_then_id() -> None:
+    import asyncio
+
+    class Tied:
+        embedded = True
+        upsert_batch = 64
+
+        async def hybrid(self, *args: object, **kwargs: object) -> list[tuple[str, float, dict[str, str], list[float]]]:
+            return [("b", 0.5, {}, [1.0, 0.0]), ("c", 0.5, {}, [0.6, 0.8]), ("a", 0.5, {}, [1.0, 0.0])]
+
+    index = VectorIndex(Tied(), timeout_s=1)  # type: ignore[arg-type]
+    hits = asyncio.run(index.hybrid_search([1.0, 0.0], sparse.Sparse((), ()), limit=3))
+    assert [h.id for h in hits] == ["a", "b", "c"]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
