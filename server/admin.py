@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from server import api, report, report_views
+from server import api
 from server.errors import BadRequest, NotFound, Unauthorized
+
+if TYPE_CHECKING:
+    from server.report import Report
 
 _REPORT_TIMEOUT_S = 120.0
 _one_at_a_time = asyncio.Lock()  # a report reads every question of its period: never two at once per process
@@ -28,11 +32,13 @@ def routes() -> list[Route]:
 
 
 async def report_json(request: Request) -> Response:
-    result = await _report(request)
+    result = await _report(request)  # report and its scikit-learn load on the first request, not with the app
     return JSONResponse(result.to_json(), headers={"Cache-Control": "no-store"})
 
 
 async def report_page(request: Request) -> Response:
+    from server import report_views
+
     result = await _report(request)
     return HTMLResponse(report_views.html(result), headers={"Cache-Control": "no-store"})
 
@@ -47,7 +53,9 @@ def _authorize(request: Request) -> None:
         raise Unauthorized("This route needs the operator's ADMIN_TOKEN as a Bearer token.")
 
 
-async def _report(request: Request) -> report.Report:
+async def _report(request: Request) -> Report:
+    from server import report
+
     _authorize(request)
     svc = api.services(request)
     store = api.require_store(request)
