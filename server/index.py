@@ -14,9 +14,6 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from qdrant_client import AsyncQdrantClient, models
-from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
-
 from server.errors import IndexMismatch, RetrievalUnavailable
 from server.settings import Settings
 from server.sparse import Sparse
@@ -25,7 +22,7 @@ log = logging.getLogger(__name__)
 
 DENSE = "dense"
 SPARSE = "sparse"
-_PAYLOAD_INDEXES = ("module", "chapter", "file_path", "content_hash")
+PAYLOAD_INDEXES = ("module", "chapter", "file_path", "content_hash")
 _SCROLL_FIELDS = ["file_path", "content_hash", "chunk_index"]
 _TIE_MARGIN = 8  # extra hits fetched so exact ties at the cut are broken by cosine and id, not by the engine
 
@@ -69,14 +66,11 @@ class ModuleInfo:
 
 def open_backend(settings: Settings) -> _Backend:
     """Qdrant server mode with ``QDRANT_URL``; otherwise the embedded Qdrant Edge shard under ``QDRANT_PATH``."""
+    # Each engine's library is imported only when it is used: qdrant-client alone costs ~80 MB of memory.
     if settings.qdrant_url:
-        client = AsyncQdrantClient(
-            url=settings.qdrant_url,
-            api_key=settings.qdrant_api_key.reveal() if settings.qdrant_api_key else None,
-            timeout=max(1, round(settings.qdrant_timeout_s)),
-            check_compatibility=False,  # the check is a network call at construction time
-        )
-        return ServerCollection(client, settings.qdrant_collection)
+        from server.qdrant_server import ServerCollection, connect
+
+        return ServerCollection(connect(settings), settings.qdrant_collection)
     from server.edge import EdgeCollection
 
     return EdgeCollection.open(settings.qdrant_path, settings.qdrant_collection)
@@ -174,7 +168,7 @@ class VectorIndex:
                 content_hash=str(payload.get("content_hash", "")),
                 chunk_index=int(payload.get("chunk_index", -1)),
             )
-            async for point_id, payload in self.backend.scroll(_SCROLL_FIELDS)
+            async for point_id, payload in self._scroll(_SCROLL_FIELDS)
         ]
 
     async def upsert(
@@ -247,7 +241,7 @@ class VectorIndex:
             return self._modules
         fields = ["module", "module_title", "module_position", "chapter", "chapter_id", "doc_url", "doc_position"]
         found: dict[str, dict[str, Any]] = {}
-        async for _, p in self.backend.scroll(fields):
+        async for _, p in self._scroll(fields):
             module = found.setdefault(
                 str(p.get("module", "")),
                 {"title": p.get("module_title", ""), "position": p.get("module_position", 0.0), "chapters": {}},
@@ -276,19 +270,21 @@ class VectorIndex:
         self._modules = sorted(result, key=lambda m: (m.position, m.id))
         return self._modules
 
+    async def _scroll(self, fields: list[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Every point's payload ``fields``, page by page, with an engine failure as RetrievalUnavailable."""
+        try:
+            async for item in self.backend.scroll(fields):
+                yield item
+        except (ConnectionError, OSError, EngineError) as exc:
+            log.warning("qdrant unavailable: %s", type(exc).__name__)
+            raise RetrievalUnavailable("The textbook search is temporarily unavailable.") from exc
+
     async def _call(self, awaitable: Any) -> Any:
         """Bound one engine call by QDRANT_TIMEOUT_S and turn its failures into RetrievalUnavailable."""
         try:
             async with asyncio.timeout(self._timeout_s):
                 return await awaitable
-        except (
-            TimeoutError,
-            UnexpectedResponse,
-            ResponseHandlingException,
-            ConnectionError,
-            OSError,
-            EngineError,
-        ) as exc:
+        except (TimeoutError, ConnectionError, OSError, EngineError) as exc:
             log.warning("qdrant unavailable: %s", type(exc).__name__)
             raise RetrievalUnavailable("The textbook search is temporarily unavailable.") from exc
 
@@ -299,7 +295,7 @@ Scored = tuple[str, float, dict[str, Any], list[float] | None]  # id, fused scor
 
 
 class EngineError(RuntimeError):
-    """A failure inside the embedded engine (Qdrant Edge raises bare ``Exception``s)."""
+    """A failure inside an engine: Qdrant Edge's bare ``Exception``s, qdrant-client's response errors."""
 
 
 class _Backend(Protocol):
@@ -327,119 +323,3 @@ class _Backend(Protocol):
         file_paths: Sequence[str] | None,
     ) -> list[Scored]: ...
     async def mentions(self, sparse: Sparse) -> bool: ...
-
-
-class ServerCollection:
-    """A collection on a Qdrant server, through qdrant-client (also its local mode, as a stand-in in tests)."""
-
-    embedded = False
-    upsert_batch = 256
-
-    def __init__(self, client: AsyncQdrantClient, collection: str) -> None:
-        self.client = client
-        self.collection = collection
-
-    async def close(self) -> None:
-        await self.client.close()
-
-    async def exists(self) -> bool:
-        return bool(await self.client.collection_exists(self.collection))
-
-    async def create(self, dim: int, metadata: dict[str, Any]) -> None:
-        await self.client.create_collection(
-            self.collection,
-            vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
-            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-            metadata=metadata,
-        )
-        if self.client.init_options.get("url"):  # a real server (local mode ignores payload indexes, and warns)
-            for field in _PAYLOAD_INDEXES:
-                await self.client.create_payload_index(self.collection, field, models.PayloadSchemaType.KEYWORD)
-
-    async def drop(self) -> None:
-        await self.client.delete_collection(self.collection)
-
-    async def read_metadata(self) -> dict[str, Any]:
-        info = await self.client.get_collection(self.collection)
-        return dict(info.config.metadata or {})
-
-    async def write_metadata(self, metadata: dict[str, Any]) -> None:
-        await self.client.update_collection(self.collection, metadata=metadata)
-
-    async def count(self) -> int:
-        return int((await self.client.count(self.collection, exact=True)).count)
-
-    async def scroll(self, fields: list[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        offset: Any = None
-        while True:
-            records, offset = await self.client.scroll(
-                self.collection, limit=1024, offset=offset, with_payload=fields, with_vectors=False
-            )
-            for record in records:
-                yield str(record.id), dict(record.payload or {})
-            if offset is None:
-                return
-
-    async def upsert(self, points: list[tuple[str, Sequence[float], Sparse, Mapping[str, Any]]]) -> None:
-        structs = [
-            models.PointStruct(
-                id=point_id,
-                vector={
-                    DENSE: list(vector),
-                    SPARSE: models.SparseVector(indices=list(sp.indices), values=list(sp.values)),
-                },
-                payload=dict(payload),
-            )
-            for point_id, vector, sp, payload in points
-        ]
-        await self.client.upsert(self.collection, points=structs, wait=True)
-
-    async def set_payload(self, point_id: str, payload: dict[str, Any]) -> None:
-        await self.client.set_payload(self.collection, payload=payload, points=[point_id], wait=True)
-
-    async def delete(self, ids: list[str]) -> None:
-        selector = models.PointIdsList(points=list[models.ExtendedPointId](ids))
-        await self.client.delete(self.collection, points_selector=selector, wait=True)
-
-    async def hybrid(
-        self,
-        dense: Sequence[float],
-        sparse: Sparse,
-        *,
-        limit: int,
-        module: str | None,
-        file_paths: Sequence[str] | None,
-    ) -> list[Scored]:
-        conditions: list[models.Condition] = []
-        if module:
-            conditions.append(models.FieldCondition(key="module", match=models.MatchValue(value=module)))
-        if file_paths:
-            conditions.append(models.FieldCondition(key="file_path", match=models.MatchAny(any=list(file_paths))))
-        query_filter = models.Filter(must=conditions) if conditions else None
-        prefetch = [models.Prefetch(query=list(dense), using=DENSE, limit=limit * 2, filter=query_filter)]
-        if sparse.indices:
-            keyword = models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
-            prefetch.append(models.Prefetch(query=keyword, using=SPARSE, limit=limit * 2, filter=query_filter))
-        response = await self.client.query_points(
-            self.collection,
-            prefetch=prefetch,
-            query=models.FusionQuery(fusion=models.Fusion.RRF),
-            limit=limit,
-            with_payload=True,
-            with_vectors=[DENSE],
-        )
-        scored: list[Scored] = []
-        for point in response.points:
-            vector = point.vector[DENSE] if isinstance(point.vector, dict) else point.vector
-            scored.append((str(point.id), point.score, dict(point.payload or {}), list(vector) if vector else None))  # type: ignore[arg-type]
-        return scored
-
-    async def mentions(self, sparse: Sparse) -> bool:
-        response = await self.client.query_points(
-            self.collection,
-            query=models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
-            using=SPARSE,
-            limit=1,
-            with_payload=False,
-        )
-        return bool(response.points)

@@ -16,7 +16,8 @@ from qdrant_client import AsyncQdrantClient
 
 from server import evaluate, ingest, sparse
 from server.confidence import Calibration
-from server.index import ServerCollection, VectorIndex
+from server.index import VectorIndex
+from server.qdrant_server import ServerCollection
 from server.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
 from server.services import open_services
 from server.settings import Settings
