@@ -304,35 +304,8 @@ class Store:
             return await self._exchange_for_request(conn, client_request_id)
 
     async def finish_message(self, message_id: uuid.UUID, completion: Completion) -> None:
-        """Write the answer, its usage and its citations in one transaction (no per-token writes).
-
-        Pipelined: the statements go out together and the transaction costs one round trip, not five.
-        """
-        async with self._conn() as conn, conn.pipeline(), conn.transaction():
-            await conn.execute(
-                """
-                UPDATE chat_messages
-                SET content = %s, status = %s, confidence = %s, model = %s,
-                    prompt_tokens = %s, completion_tokens = %s, latency_ms = %s
-                WHERE id = %s
-                """,
-                (
-                    completion.content,
-                    completion.status,
-                    completion.confidence,
-                    completion.model,
-                    completion.prompt_tokens,
-                    completion.completion_tokens,
-                    completion.latency_ms,
-                    message_id,
-                ),
-            )
-            await self._add_citations(conn, message_id, completion.citations)
-            await conn.execute(
-                "UPDATE chat_sessions SET last_activity_at = now() "
-                "WHERE id = (SELECT session_id FROM chat_messages WHERE id = %s)",
-                (message_id,),
-            )
+        """Write the answer, its usage and its citations in one transaction (no per-token writes)."""
+        await self.finish_messages([(message_id, completion)])
 
     async def finish_messages(self, batch: Sequence[tuple[uuid.UUID, Completion]]) -> None:
         """``finish_message`` for many answers in one transaction (the answer writer's batches); idempotent."""
