@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import pwd
 import shutil
@@ -480,7 +479,6 @@ async def test_a_burst_on_a_small_pool_stores_every_question_and_answer(
         answers = conn.execute(
             "SELECT count(*) FROM chat_messages WHERE role = 'assistant' AND status = 'complete' AND content <> ''"
         ).fetchone()
-    log = (tmp_path / "server.log").read_text()
     assert answers_seen == burst
-    assert questions == (burst,) and answers == (burst,)
-    assert "database unavailable" not in log and "history_unavailable" not in json.dumps([s[0].json() for s in streams])
+    assert questions == (burst,) and answers == (burst,)  # rows in Postgres = questions asked = answers seen
+    assert not [n for s in streams for n in of_type(s, "notice") if n["code"] == "history_unavailable"]
