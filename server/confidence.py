@@ -12,7 +12,7 @@ The numbers and how they were chosen are in the README ("Confidence calibration"
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -73,6 +73,15 @@ def name_factor(names: Sequence[str], unknown: Sequence[str]) -> float:
     """How much evidence survives the question's unknown names: the known share, squared. A question usually
     asks about every thing it names, so one unknown name among two leaves a quarter, not half."""
     return known_share(names, unknown) ** 2
+
+
+def term_factor(weights: Mapping[str, float], unknown: Sequence[str]) -> float:
+    """The weighted share of a question's informative terms the book mentions, squared (1.0 with none)."""
+    total = sum(weights.values())
+    if not total:
+        return 1.0
+    absent = sum(weights.get(term, 0.0) for term in set(unknown))
+    return (1.0 - absent / total) ** 2
 
 
 def score(similarities: Sequence[float], calibration: Calibration, *, known: float = 1.0) -> float:

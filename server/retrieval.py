@@ -98,7 +98,7 @@ class Retrieval:
     timings_ms: dict[str, float] = field(default_factory=dict)
     similarity: float = 0.0  # the raw evidence (weighted relevance x name factor) before calibration
     candidates: tuple[Source, ...] = ()  # the diversified top 5, kept even on a decline (for evaluation)
-    unknown_terms: tuple[str, ...] = ()  # names in the question that the book never mentions
+    unknown_terms: tuple[str, ...] = ()  # names, then specific terms, in the question that the book never uses
 
     @property
     def declined(self) -> bool:
@@ -227,8 +227,10 @@ class Retriever:
         return terms
 
     async def _unknown_names(self, query: _Query, ranked: Sequence[_Candidate]) -> tuple[str, ...]:
-        """What the question names that the book never mentions (checked in the candidates, then the book)."""
-        missing = [name for name in query.names if not any(name in c.terms for c in ranked)]
+        """What the question names, and its informative terms, that the book never mentions (checked in the
+        candidates, then the whole book)."""
+        wanted = [*query.names, *(t for t in query.informative if t not in query.names)]
+        missing = [term for term in wanted if not any(term in c.terms for c in ranked)]
         if not missing:
             return ()
         unknown = []
@@ -240,9 +242,7 @@ class Retriever:
     # -- shared -----------------------------------------------------------------------------------
 
     def _confidence(self, kept: Sequence[_Candidate], query: _Query, unknown: Sequence[str]) -> float:
-        return confidence.score(
-            [c.relevance for c in kept], self.calibration, known=confidence.name_factor(query.names, unknown)
-        )
+        return confidence.score([c.relevance for c in kept], self.calibration, known=_known(query, unknown))
 
     def _finish(
         self,
@@ -253,7 +253,7 @@ class Retriever:
         notices: Sequence[Notice] = (),
     ) -> Retrieval:
         kept = _diversify(ranked, TOP_K)
-        known = confidence.name_factor(query.names, unknown)
+        known = _known(query, unknown)
         similarity = confidence.weighted_similarity([c.relevance for c in kept]) * known
         score = confidence.score([c.relevance for c in kept], self.calibration, known=known)
         lvl = confidence.level(score)
@@ -291,6 +291,15 @@ class _Query:
         self.terms = sparse.terms(text)
         self.keywords = frozenset(self.terms)
         self.names = tuple(sparse.names(text))
+        self.informative = sparse.informative(text, exclude=self.names)
+
+
+def _known(query: _Query, unknown: Sequence[str]) -> float:
+    """How much evidence survives what the book never mentions: the question's unknown names, or its unknown
+    informative terms weighted by how specific they are, whichever leaves less."""
+    names = confidence.name_factor(query.names, [u for u in unknown if u in query.names])
+    terms = confidence.term_factor(query.informative, [u for u in unknown if u in query.informative])
+    return min(names, terms)
 
 
 def searchable(payload: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +52,55 @@ def terms(text: str) -> list[str]:
             result.append(token)
         result.extend(_stem(p) for p in parts if p and p not in _STOPWORDS and len(p) > 1)
     return result
+
+
+# Words that say what kind of question it is, not what it is about: absent from a book, they mean nothing.
+_ASKING = frozenset(
+    """explain describe tell mean meaning difference differ work works happen example examples kind kinds type types
+    thing things need want make know like many much good best better usual typical typically common general
+    different new old main simple simply important possible right wrong usually often always never""".split()
+)
+
+
+# A word MiniLM's 30k-piece vocabulary splits into this many pieces or more is rare or technical ("quadcopter",
+# "actuator"); common words and their inflections ("obtained", "blindly") are one or two, and a book that
+# never uses one of those has only phrased the same thing differently.
+SPECIFIC_PIECES = 3
+
+
+def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
+    """A question's specific terms (see ``SPECIFIC_PIECES``), each weighing 1: the ones a book that answers
+    the question must use somewhere."""
+    weights: dict[str, float] = {}
+    for term in terms(text):
+        if term in exclude or term in weights or term in _ASKING or len(term) < 3 or not term.isalpha():
+            continue  # a compound ("two-link") is checked by its parts, an identifier by the names rule
+        pieces = _pieces(term)
+        if pieces >= SPECIFIC_PIECES:
+            weights[term] = 1.0
+    return weights
+
+
+@lru_cache(maxsize=65536)
+def _pieces(term: str) -> int:
+    tokenizer = _wordpiece()
+    if tokenizer is None:
+        return 1 + len(term) // 8
+    return max(1, len(tokenizer.encode(term, add_special_tokens=False).ids))
+
+
+@lru_cache(maxsize=1)
+def _wordpiece() -> Any:
+    try:
+        from tokenizers import Tokenizer
+
+        from server import onnx_minilm
+
+        tokenizer = Tokenizer.from_file(str(onnx_minilm.model_dir() / "tokenizer.json"))
+        tokenizer.no_padding()  # the file pads to 128
+        return tokenizer
+    except Exception:  # noqa: BLE001 -- no local model installed: length stands in for rarity
+        return None
 
 
 def names(text: str) -> list[str]:

@@ -423,6 +423,40 @@ async def test_minilm_finds_the_section_of_a_paraphrased_question(demo_retriever
 async def test_minilm_declines_a_near_miss_and_an_unrelated_question(demo_retriever: Retriever) -> None:
     near_miss = await demo_retriever.retrieve("How do I configure MoveIt 2 to plan motions for a robot arm?")
     unrelated = await demo_retriever.retrieve("How long should I boil an egg to get a soft yolk?")
-    assert near_miss.declined and near_miss.unknown_terms == ("moveit",)
+    assert near_miss.declined and near_miss.unknown_terms[0] == "moveit"  # the name first, then specific terms
     assert unrelated.declined and unrelated.unknown_terms == ()
     assert len(unrelated.related) == 3
+
+
+# -- informative terms the book never uses ---------------------------------------------------------
+
+
+def test_a_questions_specific_terms_are_the_rare_ones_not_its_phrasing() -> None:
+    specific = sparse.informative("How is the LQR feedback gain obtained for a quadcopter actuator?", exclude=["lqr"])
+    assert set(specific) == {"quadcopter", "actuator"}  # "obtained", "feedback", "gain" are everyday words
+    assert sparse.informative("In the two-link leg example, where does the ankle end up?") == {}
+
+
+def test_the_unknown_share_of_specific_terms_scales_the_evidence_squared() -> None:
+    from server.confidence import term_factor
+
+    assert term_factor({}, []) == 1.0
+    assert term_factor({"quadcopter": 1.0}, ["quadcopter"]) == 0.0
+    assert term_factor({"quadcopter": 1.0, "actuator": 1.0}, ["quadcopter"]) == pytest.approx(0.25)
+
+
+async def test_a_near_domain_question_whose_key_term_the_book_never_uses_is_declined_with_sections(
+    demo_retriever: Retriever,
+) -> None:
+    result = await demo_retriever.retrieve("How do I tune the attitude controller of a quadcopter?")
+    assert result.declined and "quadcopter" in result.unknown_terms
+    assert result.related  # the decline still offers the closest sections
+
+
+async def test_a_paraphrase_of_an_answerable_question_is_not_declined(demo_retriever: Retriever) -> None:
+    for question in (
+        "Where does the ankle end up in the two-link leg example when the hip and knee angles are zero?",
+        "Why shouldn't you just cut the motor power to stop a walking humanoid?",
+    ):
+        result = await demo_retriever.retrieve(question)
+        assert not result.declined, (question, result.unknown_terms, result.confidence)
