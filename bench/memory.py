@@ -1,0 +1,125 @@
+"""Memory of one served book: server RSS fresh, after 100 questions, holding 2,000 streams, and after a soak.
+
+    .venv/bin/python -m bench.memory [--book ../shared/corpora/rizsheik-humanoid-course] [--data-dir DIR]
+        [--streams 2000] [--soak-minutes 10] [--quick] [--json PATH]
+
+The server runs as its own process (``python -m server serve``, one worker, the embedded Qdrant Edge index
+of the book, a scratch Postgres database, the fake model in this process). The book is ingested into
+DATA_DIR first when it holds no index. Questions are asked through ``POST /api/chat`` and read to the end;
+the held streams follow answers the fake model never starts (the registry pings them); the soak asks a
+question every second. Targets (issue 18): 250 MB after start and questions, flat over the soak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import uvloop
+
+from bench.chat import free_port, post_stream, running, scratch_database, serve_argv, server_env
+from bench.figures import Figure, table, write
+from bench.streams import close_all, open_readers, post_message, raise_open_file_limit
+from server import ingest
+from server.services import open_services
+from server.settings import Settings
+from tests.conftest import SHARED_BOOK
+from tests.fake_openai import Behaviour, FakeOpenAI, ok
+from tests.servers import serving
+
+QUESTIONS = [
+    "What does the Zero Moment Point tell a walking humanoid?",
+    "How do ROS 2 nodes exchange messages over topics?",
+    "What is domain randomisation in simulation?",
+    "How does inverse kinematics differ from forward kinematics?",
+    "What sensors does a humanoid use to keep its balance?",
+]
+MB = 2**20
+
+
+async def _index(book: Path, data_dir: Path) -> None:
+    settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "warning"})
+    async with open_services(settings, retrieval=True) as services:
+        assert services.index is not None and services.embedder is not None
+        if not await services.index.exists():
+            started = time.perf_counter()
+            await ingest.run(book, services.index, services.embedder, base_url=settings.book_base_url)
+            print(f"ingested {book.name} in {time.perf_counter() - started:.0f} s")
+
+
+async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
+    await _index(args.book, data_dir)
+    fake = FakeOpenAI(default=ok("The book explains this in the cited section [1]."))
+    with scratch_database() as database_url:
+        async with serving(fake.app()) as llm_base:
+            port = free_port()
+            env = server_env(database_url, data_dir, f"{llm_base}/v1", port, LLM_TIMEOUT_S="3600")
+            async with running(serve_argv(port), env) as server:
+                fresh = server.rss_bytes()
+                for i in range(100):
+                    await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[i % 5]} ({i})"})
+                after_questions = server.rss_bytes()
+                print(f"RSS fresh {fresh / MB:.0f} MB; after 100 questions {after_questions / MB:.0f} MB")
+
+                fake.default = Behaviour(stall_s=3600)  # held streams: answers that never start
+                urls = [(await post_message(server, QUESTIONS[i % 5]))["stream_url"] for i in range(10)]
+                readers = await open_readers(server, urls, args.streams)
+                await asyncio.sleep(2)
+                holding = server.rss_bytes()
+                held = sum(r.status == 200 for r in readers)
+                print(f"RSS holding {held} streams {holding / MB:.0f} MB")
+                await close_all(readers)
+                await asyncio.sleep(2)
+
+                fake.default = ok("The book explains this in the cited section [1].")
+                soak_start = server.rss_bytes()
+                deadline = time.monotonic() + args.soak_minutes * 60
+                n = 0
+                while time.monotonic() < deadline:
+                    await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[n % 5]} [{n}]"})
+                    n += 1
+                    await asyncio.sleep(1.0)
+                soaked = server.rss_bytes()
+                print(f"RSS after a {args.soak_minutes:g}-minute soak ({n} questions) {soaked / MB:.0f} MB")
+    per_stream_kb = (holding - after_questions) / max(1, held) / 1024
+    return [
+        Figure("memory: server RSS fresh", fresh / MB, "MB", 250.0),
+        Figure("memory: server RSS after 100 questions", after_questions / MB, "MB", 250.0),
+        Figure(f"memory: server RSS holding {held} streams", holding / MB, "MB"),
+        Figure("memory: RSS per held stream", per_stream_kb, "KiB"),
+        Figure(
+            f"memory: RSS after the soak / at its start ({args.soak_minutes:g} min)", soaked / soak_start, "ratio", 1.1
+        ),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--book", type=Path, default=SHARED_BOOK)
+    parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the book's index")
+    parser.add_argument("--streams", type=int, default=2000)
+    parser.add_argument("--soak-minutes", type=float, default=10.0)
+    parser.add_argument("--quick", action="store_true", help="500 streams, a 1-minute soak")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.streams, args.soak_minutes = 500, 1.0
+    raise_open_file_limit()
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < args.streams + 200:
+        parser.error("ulimit -n is too low for that many streams")
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        if args.data_dir is None:
+            with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+                figures = runner.run(measure(args, Path(tmp)))
+        else:
+            figures = runner.run(measure(args, args.data_dir))
+    print(table(figures))
+    write(figures, args.json)
+
+
+if __name__ == "__main__":
+    main()
