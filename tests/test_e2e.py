@@ -214,3 +214,11 @@ async def test_the_authors_report_page_reads_well_in_light_and_dark(
     assert report["light"]["background"] != report["dark"]["background"]
     assert report["light"]["ink"] != report["dark"]["ink"]
     assert (OUTPUT / "report-light.png").stat().st_size > 10_000
+
+
+async def test_the_reader_keeps_their_scroll_position_and_long_words_wrap(stack: Stack) -> None:
+    long_answer = "\n\n".join(" ".join(f"w{p}x{i}" for i in range(40)) + f" [{1 + p % 2}]." for p in range(12))
+    async with stack() as (base_url, fake):
+        fake.default = ok(long_answer, token_delay_s=0.01)
+        report = await run_scenario("scroll", base_url)
+    assert report["kept"] < 5 and report["gap"] < 30

@@ -8,6 +8,7 @@ import { ChatIcon } from "./icons";
 import { ApiError, ChatClient, uuid, type Fetch } from "./client";
 import type { ChatRequest, FaqEntry, ModuleInfo } from "./protocol";
 import { initialState, reducer, type AnswerMessage } from "./reducer";
+import { atBottom } from "./scroll";
 import { loadSession, saveSession } from "./sessionStore";
 import { useSelection } from "./useSelection";
 
@@ -83,10 +84,32 @@ export function ChatPanel({
     if (open) inputRef.current?.focus();
   }, [open, quote]);
 
+  // Follow the stream only while the reader is at the bottom; scrolled up, they keep their place and get
+  // a "Jump to latest" control instead (src/scroll.ts). Whether they were at the bottom is judged against
+  // the content's height before this update, so a token arriving mid-scroll cannot pull them back down.
+  const lastHeight = useRef(0);
+  const [behind, setBehind] = useState(false);
   useEffect(() => {
     const log = logRef.current;
-    if (log) log.scrollTop = log.scrollHeight;
+    if (!log) return;
+    const before = { scrollTop: log.scrollTop, clientHeight: log.clientHeight, scrollHeight: lastHeight.current };
+    if (!lastHeight.current || atBottom(before)) {
+      log.scrollTop = log.scrollHeight;
+      setBehind(false);
+    } else {
+      setBehind(true);
+    }
+    lastHeight.current = log.scrollHeight;
   }, [state.messages]);
+  const onLogScroll = () => {
+    const log = logRef.current;
+    if (log && atBottom(log)) setBehind(false);
+  };
+  const jumpToLatest = () => {
+    const log = logRef.current;
+    setBehind(false);
+    if (log) log.scrollTop = log.scrollHeight;
+  };
 
   useEffect(() => {
     if (!state.rateLimitedUntil || state.rateLimitedUntil <= now) return;
@@ -281,7 +304,14 @@ export function ChatPanel({
             {panelNotice.message}
           </div>
         )}
-        <div className="tc-log" ref={logRef} role="log" aria-live="polite" aria-relevant="additions text">
+        <div
+          className="tc-log"
+          ref={logRef}
+          role="log"
+          aria-live="polite"
+          aria-relevant="additions text"
+          onScroll={onLogScroll}
+        >
           {state.messages.length === 0 && (
             <div className="tc-empty">
               <p>Ask a question about the book. Answers cite the sections they come from.</p>
@@ -319,6 +349,11 @@ export function ChatPanel({
             ),
           )}
         </div>
+        {behind && (
+          <button type="button" className="tc-jump" onClick={jumpToLatest}>
+            Jump to latest ↓
+          </button>
+        )}
         <form
           className="tc-composer"
           onSubmit={(e) => {
