@@ -147,6 +147,7 @@ async def test_a_reader_asks_sees_the_answer_stream_follows_a_citation_and_gets_
     assert report["href"].startswith(f"{base_url}/docs/")
     assert [r["question"] for r in report["requests"]] == ["What does the Zero Moment Point tell a walking humanoid?"]
     assert len(fake.requests) == 1
+    assert report["cited"] == [1, 2] and report["related"] >= 1  # the demo search finds more than it cites
 
 
 async def test_selected_text_is_asked_about_in_selection_mode(stack: Stack) -> None:

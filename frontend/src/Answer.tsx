@@ -1,5 +1,6 @@
 /** One assistant answer: its notices, the streamed Markdown with citation links, the sources, feedback, retry. */
 import type { ReactNode } from "react";
+import { splitSources } from "./citations";
 import { ThumbIcon } from "./icons";
 import { Markdown } from "./markdown";
 import type { Notice, Source } from "./protocol";
@@ -29,6 +30,7 @@ export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles }:
   const declined = message.finishReason === "declined";
   const open = message.status === "pending" || message.status === "streaming" || message.status === "reconnecting";
   const citations = message.sources.map((s) => ({ n: s.n, url: s.url, title: sourceLabel(s, moduleTitles) }));
+  const { cited, related } = splitSources(message.text, message.sources);
   return (
     <article
       className={`tc-answer tc-answer--${message.status}`}
@@ -52,9 +54,17 @@ export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles }:
         </div>
       )}
       {message.finishReason === "cancelled" && <p className="tc-muted">Stopped.</p>}
-      {message.sources.length > 0 && (
-        <Sources sources={message.sources} heading={declined ? "Sections that may help" : "Sources"} titles={moduleTitles} />
-      )}
+      {message.sources.length > 0 &&
+        (declined ? (
+          <Sources sources={message.sources} heading="Sections that may help" titles={moduleTitles} />
+        ) : (
+          <>
+            <Sources sources={cited} heading="Sources" titles={moduleTitles} />
+            {related.length > 0 && (
+              <Sources sources={related} heading="Related sections" titles={moduleTitles} muted />
+            )}
+          </>
+        ))}
       {message.failure && (
         <div className="tc-error" role="alert">
           <p>{failureText(message)}</p>
@@ -102,9 +112,19 @@ function NoticeBanner({ notice }: { notice: Notice }): ReactNode {
   );
 }
 
-function Sources({ sources, heading, titles }: { sources: Source[]; heading: string; titles: Map<string, string> }): ReactNode {
+function Sources({
+  sources,
+  heading,
+  titles,
+  muted = false,
+}: {
+  sources: Source[];
+  heading: string;
+  titles: Map<string, string>;
+  muted?: boolean;
+}): ReactNode {
   return (
-    <section className="tc-sources" aria-label={heading}>
+    <section className={muted ? "tc-sources tc-sources--related" : "tc-sources"} aria-label={heading}>
       <h4>{heading}</h4>
       <ol>
         {sources.map((s) => (

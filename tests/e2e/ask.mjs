@@ -38,6 +38,10 @@ await scenario(async ({ page }) => {
   const excerpt = source.locator(".tc-excerpt");
   check(await excerpt.isVisible(), "the excerpt shows on hover");
   await shot(page, "04-source-excerpt");
+  // The answer cites [1] and [2]: those are its sources; any other result is listed apart as related.
+  const cited = await answer.locator('section[aria-label="Sources"] li').evaluateAll((items) => items.map((li) => li.value));
+  const related = await answer.locator('section[aria-label="Related sections"] li').count();
+  check(JSON.stringify(cited) === "[1,2]", `the sources are the cited ones: ${JSON.stringify(cited)}`);
 
   await answer.getByRole("button", { name: "Helpful", exact: true }).click();
   check((await answer.getByRole("button", { name: "Helpful", exact: true }).getAttribute("aria-pressed")) === "true", "thumbs up is pressed");
@@ -75,5 +79,5 @@ await scenario(async ({ page }) => {
   await openPanel(page);
   await page.waitForTimeout(500);
   check((await page.locator(".tc-question").count()) === 0, "a deleted chat does not come back");
-  return { requests, href, label };
+  return { requests, href, label, cited, related };
 });
