@@ -16,6 +16,7 @@ from typing import Any, Literal
 from server import confidence, passages, sparse
 from server.confidence import Calibration, Level
 from server.embeddings import Embedder
+from server.errors import RetrievalUnavailable
 from server.index import Hit, VectorIndex
 
 CANDIDATES = 10
@@ -152,22 +153,30 @@ class Retriever:
             unknown_all = await self._unknown_names(query, unfiltered)
             unfiltered_confidence = self._confidence(_diversify(unfiltered, TOP_K), query, unknown_all)
         decision = confidence.filter_decision(filtered_confidence, unfiltered_confidence)
+        name = await self._module_title(module)  # readers see the module's title, not its folder id
         if decision == "widened":
             assert unfiltered is not None
-            note = f"Little about this in {module}; searched the whole book instead."
+            note = f"Little about this in {name}; searched the whole book instead."
             scope = Scope(module, "all", decision, note)
             return self._finish(unfiltered, scope, query, unknown_all, [Notice("scope_widened", note)])
         scope = Scope(module, "module", decision)
         notices: list[Notice] = []
         if decision == "partial":
-            note = f"Answered from {module} only; other modules may say more."
+            note = f"Answered from {name} only; other modules may say more."
             scope = replace(scope, note=note)
             notices.append(Notice("scope_partial", note))
         elif decision == "limited":
-            note = f"{module} has little on this. Remove the module filter to search the whole book."
+            note = f"{name} has little on this. Remove the module filter to search the whole book."
             scope = replace(scope, note=note)
             notices.append(Notice("scope_limited", note))
         return self._finish(ranked, scope, query, unknown, notices)
+
+    async def _module_title(self, module: str) -> str:
+        try:
+            titles = {m.id: m.title for m in await self.index.modules()}
+        except RetrievalUnavailable:
+            return module
+        return titles.get(module) or module
 
     # -- selection mode ---------------------------------------------------------------------------
 

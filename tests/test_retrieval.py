@@ -240,6 +240,8 @@ async def test_a_module_without_the_answer_is_widened_to_the_whole_book(retrieve
         "note": result.notices[0].message,
     }
     assert result.sources[0].module in ("m1-gears", "m2-sensors")
+    title = {m.id: m.title for m in await retriever.index.modules()}["m3-walking"]
+    assert title in result.notices[0].message and "m3-walking" not in result.notices[0].message  # a title, not an id
 
 
 async def test_when_no_module_does_better_the_filter_stays_and_suggests_removing_it(retriever: Retriever) -> None:
