@@ -75,7 +75,7 @@ export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles }:
           )}
         </div>
       )}
-      {message.status === "done" && message.messageId && !declined && message.finishReason !== "cancelled" && (
+      {canRate(message) && (
         <div className="tc-feedback" role="group" aria-label="Was this answer helpful?">
           <button
             type="button"
@@ -100,6 +100,18 @@ export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles }:
         </div>
       )}
     </article>
+  );
+}
+
+/** Thumbs only where a rating can be kept: a finished, stored answer (not on a server without history). */
+export function canRate(message: AnswerMessage): boolean {
+  const stored = !message.notices.some((n) => n.code === "history_unavailable");
+  return (
+    message.status === "done" &&
+    Boolean(message.messageId) &&
+    message.finishReason !== "declined" &&
+    message.finishReason !== "cancelled" &&
+    stored
   );
 }
 

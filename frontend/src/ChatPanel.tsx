@@ -216,8 +216,10 @@ export function ChatPanel({
 
   const feedback = (message: AnswerMessage, rating: "up" | "down"): void => {
     if (!message.messageId) return;
+    const before = message.feedback;
     dispatch({ type: "feedback", key: message.key, rating });
     client.feedback(message.messageId, rating, state.session).catch(() => {
+      dispatch({ type: "feedback", key: message.key, rating: before }); // not saved: the button is not left pressed
       setPanelNotice({ code: "feedback_failed", message: "Your rating could not be saved." });
     });
   };

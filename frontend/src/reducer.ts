@@ -75,7 +75,7 @@ export type Action =
   | { type: "retry"; key: string }
   | { type: "history"; session: Session; messages: HistoryMessage[] }
   | { type: "new_chat" }
-  | { type: "feedback"; key: string; rating: "up" | "down" };
+  | { type: "feedback"; key: string; rating: "up" | "down" | null }; // null: a rating that could not be saved
 
 export const initialState: ChatState = { messages: [], session: null, rateLimitedUntil: null };
 

@@ -145,3 +145,15 @@ describe("reducer", () => {
     expect(answer(state).feedback).toBe("down");
   });
 });
+
+describe("feedback that could not be saved", () => {
+  it("un-presses the thumb when the rating is taken back", () => {
+    let state = reducer(initialState, { type: "ask", key: "u9", answerKey: "a9", request: { question: "q" } });
+    const key = "a9";
+    state = reducer(state, { type: "feedback", key, rating: "down" });
+    expect((state.messages.find((m) => m.key === key) as AnswerMessage).feedback).toBe("down");
+    state = reducer(state, { type: "feedback", key, rating: null });
+    const answer = state.messages.find((m) => m.key === key) as AnswerMessage;
+    expect(answer.feedback).toBeNull();
+  });
+});
