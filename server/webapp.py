@@ -18,6 +18,7 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -132,7 +133,13 @@ class WebApp:
             Route("/", self.home, methods=["GET", "HEAD"]),
             Route("/docs", self.home, methods=["GET", "HEAD"]),
             Route("/docs/{path:path}", self.doc, methods=["GET", "HEAD"]),
-            Mount("/assets", app=StaticFiles(directory=self.dist_dir, check_dir=False), name="assets"),
+            # Compressed for browsers that accept it (the panel's bundle: 243 KB -> 77 KB); only these assets,
+            # so no API response, and no event stream, ever goes through the compressor.
+            Mount(
+                "/assets",
+                app=GZipMiddleware(StaticFiles(directory=self.dist_dir, check_dir=False), minimum_size=1024),
+                name="assets",
+            ),
         ]
 
     async def home(self, request: Request) -> Response:

@@ -89,6 +89,16 @@ async def test_built_assets_are_served_and_unknown_ones_are_404(tmp_path: Path) 
     assert missing.status_code == 404
 
 
+async def test_the_panels_bundle_is_sent_compressed_to_browsers_that_accept_it(tmp_path: Path) -> None:
+    dist = fake_dist(tmp_path)
+    (dist / "main-abc123.js").write_text("console.log('panel');\n" * 500)
+    async with client_for(webapp.WebApp(DEMO_BOOK, dist)) as client:
+        compressed = await client.get("/assets/main-abc123.js", headers={"Accept-Encoding": "gzip"})
+        plain = await client.get("/assets/main-abc123.js", headers={"Accept-Encoding": "identity"})
+    assert compressed.headers["content-encoding"] == "gzip" and int(compressed.headers["content-length"]) < 2000
+    assert compressed.text == plain.text and "content-encoding" not in plain.headers
+
+
 async def test_pages_still_render_with_a_visible_note_when_the_panel_is_not_built(tmp_path: Path) -> None:
     async with client_for(webapp.WebApp(DEMO_BOOK, tmp_path / "no-dist")) as client:
         response = await client.get("/docs/foundations/kinematics-and-balance")
