@@ -13,6 +13,8 @@ interface AnswerProps {
   canRetry: boolean;
   /** Module id → title, from /api/modules (sources name their module by id). */
   moduleTitles: Map<string, string>;
+  /** The notices to show (some are said once per conversation: src/notices.ts); all of them when absent. */
+  notices?: Notice[];
 }
 
 const NOTICE_TITLES: Record<string, string> = {
@@ -26,7 +28,7 @@ const NOTICE_TITLES: Record<string, string> = {
   llm_retry: "Retrying",
 };
 
-export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles }: AnswerProps): ReactNode {
+export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles, notices }: AnswerProps): ReactNode {
   const declined = message.finishReason === "declined";
   const open = message.status === "pending" || message.status === "streaming" || message.status === "reconnecting";
   const citations = message.sources.map((s) => ({ n: s.n, url: s.url, title: sourceLabel(s, moduleTitles) }));
@@ -38,7 +40,7 @@ export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles }:
       data-finish={message.finishReason ?? undefined}
       data-message-id={message.messageId ?? undefined}
     >
-      {message.notices.map((notice, i) => (
+      {(notices ?? message.notices).map((notice, i) => (
         <NoticeBanner key={i} notice={notice} />
       ))}
       {message.status === "pending" && <p className="tc-typing">Searching the textbook…</p>}

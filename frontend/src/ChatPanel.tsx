@@ -8,6 +8,7 @@ import { ChatIcon } from "./icons";
 import { ApiError, ChatClient, uuid, type Fetch } from "./client";
 import type { ChatRequest, FaqEntry, ModuleInfo } from "./protocol";
 import { initialState, reducer, type AnswerMessage } from "./reducer";
+import { visibleNotices } from "./notices";
 import { atBottom } from "./scroll";
 import { loadSession, saveSession } from "./sessionStore";
 import { useSelection } from "./useSelection";
@@ -119,6 +120,7 @@ export function ChatPanel({
 
   useEffect(() => () => controllers.current.forEach((c) => c.abort()), []);
 
+  const shownNotices = useMemo(() => visibleNotices(state.messages), [state.messages]);
   const streaming = state.messages.find(
     (m): m is AnswerMessage => m.role === "assistant" && ["pending", "streaming", "reconnecting"].includes(m.status),
   );
@@ -344,6 +346,7 @@ export function ChatPanel({
                 key={m.key}
                 message={m}
                 moduleTitles={moduleTitles}
+                notices={shownNotices.get(m.key)}
                 canRetry={!streaming && !rateLimited}
                 onRetry={() => retry(m)}
                 onFeedback={(rating) => feedback(m, rating)}
