@@ -201,7 +201,10 @@ export function ChatPanel({
     inputRef.current?.focus();
   };
 
+  // Deleting is for good (the server cascades to every message): the first click asks, the second deletes.
+  const [confirmingDelete, setConfirmingDelete] = useState(false);
   const deleteChat = async (): Promise<void> => {
+    setConfirmingDelete(false);
     if (streaming) return;
     const session = state.session;
     if (session) {
@@ -279,14 +282,25 @@ export function ChatPanel({
             <button type="button" className="tc-button tc-small" onClick={newChat} disabled={Boolean(streaming)}>
               New chat
             </button>
-            <button
-              type="button"
-              className="tc-button tc-small"
-              onClick={() => void deleteChat()}
-              disabled={Boolean(streaming) || (!state.session && state.messages.length === 0)}
-            >
-              Delete this chat
-            </button>
+            {confirmingDelete ? (
+              <span className="tc-confirm" role="group" aria-label="Delete this conversation for good?">
+                <button type="button" className="tc-button tc-small tc-danger" onClick={() => void deleteChat()}>
+                  Delete for good
+                </button>
+                <button type="button" className="tc-button tc-small" onClick={() => setConfirmingDelete(false)}>
+                  Keep
+                </button>
+              </span>
+            ) : (
+              <button
+                type="button"
+                className="tc-button tc-small"
+                onClick={() => setConfirmingDelete(true)}
+                disabled={Boolean(streaming) || (!state.session && state.messages.length === 0)}
+              >
+                Delete this chat
+              </button>
+            )}
             <button type="button" className="tc-icon" aria-label="Close" onClick={close}>
               ✕
             </button>

@@ -74,6 +74,10 @@ await scenario(async ({ page }) => {
 
   // Delete this chat: gone now and after a reload.
   await page.getByRole("button", { name: "Delete this chat" }).click();
+  await page.getByRole("button", { name: "Keep" }).click(); // the first click only asks
+  check((await page.locator(".tc-question").count()) > 0, "keeping the conversation keeps it");
+  await page.getByRole("button", { name: "Delete this chat" }).click();
+  await page.getByRole("button", { name: "Delete for good" }).click();
   await page.getByText("This conversation was deleted.").waitFor();
   await page.reload();
   await openPanel(page);
