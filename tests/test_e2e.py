@@ -141,13 +141,23 @@ async def run_scenario(name: str, base_url: str) -> dict[str, Any]:
     return report
 
 
-async def test_a_reader_asks_sees_the_answer_stream_follows_a_citation_and_gets_history_back(stack: Stack) -> None:
+async def test_a_reader_asks_sees_the_answer_stream_follows_a_citation_and_gets_history_back(
+    stack: Stack, clean_db: str
+) -> None:
     async with stack() as (base_url, fake):
         report = await run_scenario("ask", base_url)
     assert report["href"].startswith(f"{base_url}/docs/")
     assert [r["question"] for r in report["requests"]] == ["What does the Zero Moment Point tell a walking humanoid?"]
     assert len(fake.requests) == 1
     assert report["cited"] == [1, 2] and report["related"] >= 1  # the demo search finds more than it cites
+    import psycopg
+
+    with psycopg.connect(clean_db) as conn:
+        rated = conn.execute(
+            "SELECT feedback, feedback_comment FROM chat_messages WHERE feedback IS NOT NULL"
+        ).fetchall()
+    # The conversation was deleted at the end of the scenario, so nothing is left, rating included.
+    assert rated == []
 
 
 async def test_selected_text_is_asked_about_in_selection_mode(stack: Stack) -> None:

@@ -1,5 +1,5 @@
 /** One assistant answer: its notices, the streamed Markdown with citation links, the sources, feedback, retry. */
-import type { ReactNode } from "react";
+import { useState, type ReactNode } from "react";
 import { splitSources } from "./citations";
 import { ThumbIcon } from "./icons";
 import { Markdown } from "./markdown";
@@ -9,7 +9,7 @@ import type { AnswerMessage } from "./reducer";
 interface AnswerProps {
   message: AnswerMessage;
   onRetry: () => void;
-  onFeedback: (rating: "up" | "down") => void;
+  onFeedback: (rating: "up" | "down", comment?: string) => void;
   canRetry: boolean;
   /** Module id → title, from /api/modules (sources name their module by id). */
   moduleTitles: Map<string, string>;
@@ -101,6 +101,7 @@ export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles, n
           </button>
         </div>
       )}
+      {canRate(message) && message.feedback === "down" && <DownComment onSend={(text) => onFeedback("down", text)} />}
     </article>
   );
 }
@@ -114,6 +115,32 @@ export function canRate(message: AnswerMessage): boolean {
     message.finishReason !== "declined" &&
     message.finishReason !== "cancelled" &&
     stored
+  );
+}
+
+/** After a thumbs-down: what was wrong or missing, in the reader's words (the API keeps up to 2,000 characters). */
+function DownComment({ onSend }: { onSend: (text: string) => void }): ReactNode {
+  const [text, setText] = useState("");
+  const [sent, setSent] = useState(false);
+  if (sent) return null;
+  return (
+    <form
+      className="tc-comment"
+      onSubmit={(e) => {
+        e.preventDefault();
+        if (!text.trim()) return;
+        onSend(text.trim());
+        setSent(true);
+      }}
+    >
+      <label>
+        What was wrong or missing? (optional)
+        <textarea value={text} maxLength={2000} rows={2} onChange={(e) => setText(e.target.value)} />
+      </label>
+      <button type="submit" className="tc-button tc-small" disabled={!text.trim()}>
+        Send
+      </button>
+    </form>
   );
 }
 

@@ -219,14 +219,17 @@ export function ChatPanel({
     setPanelNotice({ code: "deleted", message: "This conversation was deleted." });
   };
 
-  const feedback = (message: AnswerMessage, rating: "up" | "down"): void => {
+  const feedback = (message: AnswerMessage, rating: "up" | "down", comment?: string): void => {
     if (!message.messageId) return;
-    const before = message.feedback;
+    const before = comment ? rating : message.feedback;
     dispatch({ type: "feedback", key: message.key, rating });
-    client.feedback(message.messageId, rating, state.session).catch(() => {
-      dispatch({ type: "feedback", key: message.key, rating: before }); // not saved: the button is not left pressed
-      setPanelNotice({ code: "feedback_failed", message: "Your rating could not be saved." });
-    });
+    client.feedback(message.messageId, rating, state.session, comment).then(
+      () => comment && setPanelNotice({ code: "feedback_saved", message: "Thank you: the book's authors will see this." }),
+      () => {
+        dispatch({ type: "feedback", key: message.key, rating: before }); // not saved: the button is not left pressed
+        setPanelNotice({ code: "feedback_failed", message: "Your rating could not be saved." });
+      },
+    );
   };
 
   const askAboutSelection = (): void => {
@@ -363,7 +366,7 @@ export function ChatPanel({
                 notices={shownNotices.get(m.key)}
                 canRetry={!streaming && !rateLimited}
                 onRetry={() => retry(m)}
-                onFeedback={(rating) => feedback(m, rating)}
+                onFeedback={(rating, comment) => feedback(m, rating, comment)}
               />
             ),
           )}

@@ -146,10 +146,10 @@ export class ChatClient {
     if (!response.ok && response.status !== 404) await this.json(response);
   }
 
-  async feedback(messageId: string, rating: "up" | "down", session: Session | null): Promise<void> {
+  async feedback(messageId: string, rating: "up" | "down", session: Session | null, comment?: string): Promise<void> {
     const response = await this.request(`/api/messages/${encodeURIComponent(messageId)}/feedback`, {
       method: "POST",
-      json: { rating },
+      json: comment ? { rating, comment } : { rating },
       headers: session ? { "X-Session-Token": session.token } : {},
     });
     await this.json(response);

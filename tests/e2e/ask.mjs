@@ -45,6 +45,11 @@ await scenario(async ({ page }) => {
 
   await answer.getByRole("button", { name: "Helpful", exact: true }).click();
   check((await answer.getByRole("button", { name: "Helpful", exact: true }).getAttribute("aria-pressed")) === "true", "thumbs up is pressed");
+  // Changing to thumbs-down asks what was wrong; the comment is stored with the rating.
+  await answer.getByRole("button", { name: "Not helpful", exact: true }).click();
+  await answer.getByLabel(/What was wrong or missing/).fill("It never says how the support polygon is measured.");
+  await answer.getByRole("button", { name: "Send", exact: true }).click();
+  await page.getByText(/the book's authors will see this/).waitFor();
 
   // Following the citation lands on the cited heading of the book page.
   await cite.click();
@@ -63,7 +68,7 @@ await scenario(async ({ page }) => {
   await page.locator(".tc-question", { hasText: QUESTION }).waitFor();
   const restored = page.locator("article.tc-answer").first();
   check((await restored.locator("a.tc-cite").count()) > 0, "restored answer keeps its citation links");
-  check((await restored.getByRole("button", { name: "Helpful", exact: true }).getAttribute("aria-pressed")) === "true", "restored feedback");
+  check((await restored.getByRole("button", { name: "Not helpful", exact: true }).getAttribute("aria-pressed")) === "true", "restored feedback (the last rating: thumbs down)");
   await shot(page, "06-history-after-reload");
 
   // Dark theme follows the page's switch.
