@@ -311,7 +311,7 @@ class Store:
         """``finish_message`` for many answers in one transaction (the answer writer's batches); idempotent."""
         if not batch:
             return
-        async with self._conn() as conn, conn.transaction():
+        async with self._conn() as conn, conn.pipeline(), conn.transaction():
             async with conn.cursor() as cur:
                 await cur.executemany(
                     """
@@ -334,8 +334,7 @@ class Store:
                         for message_id, c in batch
                     ],
                 )
-            for message_id, completion in batch:
-                await self._add_citations(conn, message_id, completion.citations)
+            await self._add_citations(conn, [(message_id, c) for message_id, done in batch for c in done.citations])
             await conn.execute(
                 "UPDATE chat_sessions SET last_activity_at = now() "
                 "WHERE id IN (SELECT session_id FROM chat_messages WHERE id = ANY(%s))",
@@ -344,7 +343,7 @@ class Store:
 
     async def add_citations(self, message_id: uuid.UUID, citations: Sequence[Citation]) -> None:
         async with self._conn() as conn, conn.transaction():
-            await self._add_citations(conn, message_id, citations)
+            await self._add_citations(conn, [(message_id, c) for c in citations])
 
     async def get_message(self, message_id: uuid.UUID) -> MessageRow | None:
         row = await self._fetchone(f"SELECT {_MESSAGE_COLUMNS} FROM chat_messages WHERE id = %s", (message_id,))
@@ -523,8 +522,9 @@ class Store:
         return Exchange(**row, created=False) if row else None
 
     async def _add_citations(
-        self, conn: psycopg.AsyncConnection[Any], message_id: uuid.UUID, citations: Sequence[Citation]
+        self, conn: psycopg.AsyncConnection[Any], citations: Sequence[tuple[uuid.UUID, Citation]]
     ) -> None:
+        """Every (message id, citation) pair in one statement, whatever the number of messages."""
         if not citations:
             return
         async with conn.cursor() as cur:
@@ -548,7 +548,7 @@ class Store:
                         c.relevance_score,
                         c.excerpt,
                     )
-                    for c in citations
+                    for message_id, c in citations
                 ],
             )
 
