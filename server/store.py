@@ -15,7 +15,7 @@ import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NoReturn
@@ -180,6 +180,7 @@ class Store:
         except (TimeoutError, PoolTimeout, psycopg.Error, OSError):
             return False
         self._down_until = 0.0
+        self._working = True
         return True
 
     # -- sessions ---------------------------------------------------------------------------------
@@ -469,21 +470,36 @@ class Store:
         if not self.available:
             raise DatabaseUnavailable("Chat history is temporarily unavailable.")
         limit = timeout_s or self._timeout_s
-        # Right after a query worked, no free connection means a burst: wait in the queue (DB_QUEUE_TIMEOUT_S).
-        # Otherwise (start-up, or after a failure) the database may be away: fail within ``limit``.
         connected = self._working
         try:
-            async with self._pool.connection(timeout=None if connected else limit) as conn:
+            async with AsyncExitStack() as stack:
+                conn = await self._acquire(stack, limit)
                 async with asyncio.timeout(limit):
                     yield conn
             self._working = True
         except PoolTimeout as exc:
-            if connected:
+            if connected or self._working:
                 log.warning("database busy: no free connection within the queue timeout")
                 raise DatabaseUnavailable("Chat history is busy right now.") from exc
             self._trip(exc)
         except (TimeoutError, psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
             self._trip(exc)
+
+    async def _acquire(self, stack: AsyncExitStack, limit: float) -> psycopg.AsyncConnection[Any]:
+        """A free connection, released when ``stack`` closes.
+
+        Right after a query worked, no free connection means a burst: wait in the queue (DB_QUEUE_TIMEOUT_S).
+        Otherwise (start-up, or after a failure) the database may be away: give up within ``limit``, unless
+        another query got through meanwhile (a burst that came before the first answer), then queue as well.
+        """
+        if self._working:
+            return await stack.enter_async_context(self._pool.connection())
+        try:
+            return await stack.enter_async_context(self._pool.connection(timeout=limit))
+        except PoolTimeout:
+            if not self._working:
+                raise
+        return await stack.enter_async_context(self._pool.connection())
 
     def _trip(self, exc: BaseException) -> NoReturn:
         self._working = False

@@ -145,6 +145,24 @@ async def test_a_closed_port_becomes_database_unavailable_quickly_and_then_fails
         await store.close()
 
 
+async def test_a_burst_before_the_first_answer_queues_for_a_connection_instead_of_failing(clean_db: str) -> None:
+    # One connection, queries allowed 0.3 s, a fresh store (nothing has worked yet): six callers that each hold
+    # the connection 0.15 s arrive together. The last waits about 0.75 s, longer than 0.3 s, yet the database
+    # is busy, not down: every call goes through and the breaker stays closed.
+    store = Store(create_pool(clean_db, timeout_s=0.3, max_size=1, queue_timeout_s=10), timeout_s=0.3)
+    await store.open()
+
+    async def hold() -> None:
+        async with store.connection() as conn:
+            await conn.execute("SELECT pg_sleep(0.15)")
+
+    try:
+        await asyncio.gather(*(hold() for _ in range(6)))
+        assert store.available
+    finally:
+        await store.close()
+
+
 async def test_purge_deletes_exactly_the_idle_sessions_with_their_messages(store: Store, clean_db: str) -> None:
     # 3,000 sessions spread over 0..59 idle days; the horizon is 30 days.
     with psycopg.connect(clean_db) as conn, conn.cursor() as cur:
