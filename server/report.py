@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 import numpy as np
 import psycopg
-from psycopg.rows import dict_row
 
 from server import confidence, topics
 from server.embeddings import Embedder
@@ -46,6 +45,7 @@ WITH pairs AS (
            lead(m.confidence) OVER w AS confidence, lead(m.feedback) OVER w AS feedback
     FROM chat_messages m
     WHERE m.created_at >= %(since)s AND m.created_at < %(until)s
+      AND (%(sessions)s::uuid[] IS NULL OR m.session_id = ANY(%(sessions)s::uuid[]))
     WINDOW w AS (PARTITION BY m.session_id ORDER BY m.created_at, m.role DESC)
 )
 SELECT p.id, p.created_at, p.mode, p.module_filter,
@@ -250,11 +250,18 @@ async def build(
 
 
 async def _questions(
-    conn: psycopg.AsyncConnection[Any], since: datetime, until: datetime, retained: datetime
+    conn: psycopg.AsyncConnection[Any],
+    since: datetime,
+    until: datetime,
+    retained: datetime,
+    *,
+    sessions: Sequence[uuid.UUID] | None = None,
 ) -> list[_Question]:
+    """Every question asked in [since, until) (of ``sessions`` only, when given), the gap ones with their text."""
     rows: list[_Question] = []
+    params = {"since": since, "until": until, "retained": retained, "sessions": list(sessions) if sessions else None}
     async with conn.cursor() as cur:
-        await cur.execute(_QUESTIONS_SQL, {"since": since, "until": until, "retained": retained})
+        await cur.execute(_QUESTIONS_SQL, params)
         async for qid, created, mode, module, model, conf, feedback, keep in cur:
             rows.append(
                 _Question(
@@ -470,48 +477,30 @@ async def fold(
     """
     if not session_ids:
         return 0, 0
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    far = datetime(9999, 1, 1, tzinfo=UTC)
-    cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(
-        _QUESTIONS_SQL.replace("WHERE m.created_at >=", "WHERE m.session_id = ANY(%(sessions)s) AND m.created_at >="),
-        {"since": epoch, "until": far, "retained": far, "sessions": list(session_ids)},
-    )
-    rows = await cur.fetchall()
-    totals: Counter[tuple[date, str]] = Counter()
-    gap_totals: Counter[tuple[date, str]] = Counter()
-    selections: Counter[tuple[date, str]] = Counter()
-    gap_rows: list[tuple[uuid.UUID, date]] = []
-    for row in rows:
-        key = (row["created_at"].astimezone(UTC).date(), row["module_filter"] or "")
-        totals[key] += 1
-        selections[key] += row["mode"] == "selection"
-        if gap_reasons(row["model"], row["confidence"], row["feedback"]):
-            gap_totals[key] += 1
-            gap_rows.append((row["id"], key[0]))
+    first, last = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)  # all their questions
+    questions = await _questions(conn, first, last, retained=last, sessions=session_ids)
+    totals: Counter[tuple[date, str]] = Counter((q.day, q.module) for q in questions)
+    gap_totals: Counter[tuple[date, str]] = Counter((q.day, q.module) for q in questions if q.reasons)
+    selections: Counter[tuple[date, str]] = Counter((q.day, q.module) for q in questions if q.selection)
+    gaps = [q for q in questions if q.reasons]
     if totals:
-        await cur.executemany(
-            """
-            INSERT INTO question_days (day, module, questions, gaps, selection) VALUES (%s, %s, %s, %s, %s)
-            ON CONFLICT (day, module) DO UPDATE SET questions = question_days.questions + EXCLUDED.questions,
-                gaps = question_days.gaps + EXCLUDED.gaps, selection = question_days.selection + EXCLUDED.selection
-            """,
-            [(d, m, n, gap_totals[(d, m)], selections[(d, m)]) for (d, m), n in totals.items()],
-        )
-    if gap_rows:
-        await _fold_topics(conn, embedder, gap_rows)
-    return len(rows), len(gap_rows)
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                """
+                INSERT INTO question_days (day, module, questions, gaps, selection) VALUES (%s, %s, %s, %s, %s)
+                ON CONFLICT (day, module) DO UPDATE SET questions = question_days.questions + EXCLUDED.questions,
+                    gaps = question_days.gaps + EXCLUDED.gaps, selection = question_days.selection + EXCLUDED.selection
+                """,
+                [(d, m, n, gap_totals[(d, m)], selections[(d, m)]) for (d, m), n in totals.items()],
+            )
+    if gaps:
+        await _fold_topics(conn, embedder, gaps)
+    return len(questions), len(gaps)
 
 
-async def _fold_topics(
-    conn: psycopg.AsyncConnection[Any], embedder: Embedder, gap_rows: list[tuple[uuid.UUID, date]]
-) -> None:
-    ids = [mid for mid, _ in gap_rows]
-    async with conn.cursor() as cur:
-        await cur.execute("SELECT id, content FROM chat_messages WHERE id = ANY(%s)", (ids,))
-        texts = dict(await cur.fetchall())
-    words = [texts.get(mid, "") for mid in ids]
-    vectors = await vectors_for(conn, embedder, ids, words, cache=False)  # the rows are about to go
+async def _fold_topics(conn: psycopg.AsyncConnection[Any], embedder: Embedder, gaps: list[_Question]) -> None:
+    words = [q.text for q in gaps]
+    vectors = await vectors_for(conn, embedder, [q.id for q in gaps], words, cache=False)  # the rows are about to go
     grouping = topics.group(vectors)
     model = embedder_key(embedder)
     async with conn.cursor() as cur:
@@ -531,7 +520,7 @@ async def _fold_topics(
                 (topic_ids[-1], model, names[topic_no], centre.tobytes()),
             )
     counts: Counter[tuple[uuid.UUID, date]] = Counter(
-        (topic_ids[topic_no], gap_rows[i][1]) for i, topic_no in enumerate(grouping.labels) if topic_no >= 0
+        (topic_ids[topic_no], gaps[i].day) for i, topic_no in enumerate(grouping.labels) if topic_no >= 0
     )
     async with conn.cursor() as cur:
         await cur.executemany(
