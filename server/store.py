@@ -36,6 +36,7 @@ Mode = Literal["textbook", "selection"]
 Rating = Literal["up", "down"]
 
 _BREAKER_S = 5.0  # how long to fail fast after the database failed
+_TRIP_AFTER = 3  # failed queries in a row (none succeeding between them) that open the breaker
 _PURGE_BATCH_TIMEOUT_S = 60.0  # a purge batch may legitimately take longer than an interactive query
 
 
@@ -159,6 +160,7 @@ class Store:
         self._timeout_s = timeout_s
         self._down_until = 0.0
         self._working = False  # a query succeeded since start-up or the last failure
+        self._failures = 0  # failed blocks since the last one that worked
 
     async def open(self) -> None:
         await self._pool.open(wait=False)
@@ -465,7 +467,11 @@ class Store:
 
         Waiting for a free connection (a burst: every connection busy) is bounded by the pool's own timeout
         (DB_QUEUE_TIMEOUT_S), not by ``timeout_s``, and does not open the breaker: the database is busy, not
-        down. The breaker opens on a failed connection or query, or when the pool has no connection at all.
+        down. Postgres holds each statement to ``timeout_s`` (statement_timeout); the block as a whole gets
+        twice that and a second more, a guard against a peer that stopped answering, generous because a busy
+        event loop or a batch of statements is not a dead database. The breaker opens when the pool has no
+        connection at all, or after ``_TRIP_AFTER`` failed blocks in a row: one slow query in a burst that
+        otherwise works fails alone.
         """
         if not self.available:
             raise DatabaseUnavailable("Chat history is temporarily unavailable.")
@@ -474,16 +480,20 @@ class Store:
         try:
             async with AsyncExitStack() as stack:
                 conn = await self._acquire(stack, limit)
-                async with asyncio.timeout(limit):
+                async with asyncio.timeout(2 * limit + 1.0):
                     yield conn
-            self._working = True
+            self._working, self._failures = True, 0
         except PoolTimeout as exc:
             if connected or self._working:
                 log.warning("database busy: no free connection within the queue timeout")
                 raise DatabaseUnavailable("Chat history is busy right now.") from exc
             self._trip(exc)
         except (TimeoutError, psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-            self._trip(exc)
+            self._failures += 1
+            if self._failures >= _TRIP_AFTER:
+                self._trip(exc)
+            log.warning("database query failed: %s (%d in a row)", type(exc).__name__, self._failures)
+            raise DatabaseUnavailable("Chat history is temporarily unavailable.") from exc
 
     async def _acquire(self, stack: AsyncExitStack, limit: float) -> psycopg.AsyncConnection[Any]:
         """A free connection, released when ``stack`` closes.
@@ -502,7 +512,7 @@ class Store:
         return await stack.enter_async_context(self._pool.connection())
 
     def _trip(self, exc: BaseException) -> NoReturn:
-        self._working = False
+        self._working, self._failures = False, 0
         self._down_until = time.monotonic() + _BREAKER_S
         log.warning("database unavailable: %s", type(exc).__name__)
         raise DatabaseUnavailable("Chat history is temporarily unavailable.") from exc

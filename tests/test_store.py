@@ -163,6 +163,31 @@ async def test_a_burst_before_the_first_answer_queues_for_a_connection_instead_o
         await store.close()
 
 
+async def test_one_slow_query_fails_alone_and_three_in_a_row_open_the_breaker(clean_db: str) -> None:
+    store = Store(create_pool(clean_db, timeout_s=0.2), timeout_s=0.2)
+    await store.open()
+
+    async def slow() -> None:
+        async with store.connection() as conn:
+            await conn.execute("SELECT pg_sleep(1)")  # over statement_timeout
+
+    try:
+        await store.create_session()
+        with pytest.raises(DatabaseUnavailable):
+            await slow()
+        assert store.available  # one failure among working queries: the others still go through
+        await store.create_session()  # and a success starts the count again
+        for _ in range(2):
+            with pytest.raises(DatabaseUnavailable):
+                await slow()
+        assert store.available
+        with pytest.raises(DatabaseUnavailable):
+            await slow()
+        assert not store.available  # three in a row: fail fast
+    finally:
+        await store.close()
+
+
 async def test_purge_deletes_exactly_the_idle_sessions_with_their_messages(store: Store, clean_db: str) -> None:
     # 3,000 sessions spread over 0..59 idle days; the horizon is 30 days.
     with psycopg.connect(clean_db) as conn, conn.cursor() as cur:
