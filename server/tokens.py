@@ -148,11 +148,12 @@ class _LocalCounter:
 
 @functools.lru_cache(maxsize=2)
 def _local(*, exact: bool) -> _LocalCounter:
-    return _LocalCounter(_shared_tokenizer(), exact=exact)
+    return _LocalCounter(wordpiece_tokenizer(), exact=exact)
 
 
 @functools.lru_cache(maxsize=1)
-def _shared_tokenizer() -> Tokenizer:
+def wordpiece_tokenizer() -> Tokenizer:
+    """The one all-MiniLM-L6-v2 tokenizer of the process (counting and the local embedder), never truncating."""
     from tokenizers import Tokenizer
 
     from server.onnx_minilm import model_dir

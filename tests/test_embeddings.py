@@ -137,6 +137,32 @@ async def test_documents_are_embedded_off_the_event_loop(embedder: LocalEmbedder
     assert len(vectors) == len(TEXTS) * 8 and all(len(v) == 384 for v in vectors)
 
 
+def test_the_word_table_is_read_from_its_file_row_by_row_exactly_as_saved(tmp_path: Path) -> None:
+    table = np.random.default_rng(7).standard_normal((50, 8)).astype(np.float32)
+    np.save(tmp_path / "words.npy", table)
+    words = onnx_minilm.WordTable(tmp_path / "words.npy")
+    try:
+        ids = np.array([[3, 49, 3, 0], [7, 7, 1, 2]], dtype=np.int64)
+        np.testing.assert_array_equal(words.rows(ids), table[ids])  # any shape, repeats included
+    finally:
+        words.close()
+
+
+async def test_after_an_ingest_the_every_core_model_copy_is_released_and_comes_back_when_needed(
+    tmp_path: Path,
+) -> None:
+    embedder = LocalEmbedder(tmp_path)
+    try:
+        before = await embedder.embed_documents(TEXTS)
+        await embedder.embed_query(TEXTS[0])
+        assert set(embedder._sessions) == {"all", "one"}  # noqa: SLF001 -- the point is which copies are held
+        embedder.release_batches()
+        assert set(embedder._sessions) == {"one"}  # noqa: SLF001
+        assert await embedder.embed_documents(TEXTS) == before  # loaded again for the next batch
+    finally:
+        await embedder.aclose()
+
+
 async def test_a_query_against_a_collection_built_by_another_embedder_says_to_re_ingest(tmp_path: Path) -> None:
     built = Settings.from_env({"DATA_DIR": str(tmp_path), "EMBEDDER": "local"})
     index = VectorIndex.from_settings(built)

@@ -45,6 +45,9 @@ class RecordingEmbedder:
     async def embed_query(self, text: str) -> list[float]:
         return await self.inner.embed_query(text)
 
+    def release_batches(self) -> None:
+        self.inner.release_batches()
+
     async def aclose(self) -> None:
         pass
 

@@ -56,6 +56,9 @@ class WordEmbedder:
     async def embed_query(self, text: str) -> list[float]:
         return self._embed(text)
 
+    def release_batches(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 
