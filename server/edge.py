@@ -111,7 +111,9 @@ class EdgeCollection:
 
     async def create(self, dim: int, metadata: dict[str, Any]) -> None:
         config = edge.EdgeConfig(
-            vectors={DENSE: edge.EdgeVectorParams(size=dim, distance=edge.Distance.Cosine)},
+            # Cold: memory-mapped and read on first use, not pre-warmed. The vectors are a few MB (every query
+            # reads them all), but a pre-warmed segment reads its whole preallocated 32 MB chunk into RSS.
+            vectors={DENSE: edge.EdgeVectorParams(size=dim, distance=edge.Distance.Cosine, memory=edge.Memory.Cold)},
             sparse_vectors={SPARSE: edge.EdgeSparseVectorParams(modifier=edge.Modifier.Idf)},
         )
         await self.drop()
