@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
-
-import jwt
+from typing import TYPE_CHECKING, Any
 
 from server.errors import Unauthorized
 from server.settings import Settings
+
+if TYPE_CHECKING:
+    import jwt
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,8 @@ class Authenticator:
         self._secret = settings.auth_jwt_secret.reveal() if settings.auth_jwt_secret else None
         self._jwks: jwt.PyJWKClient | None = None
         if settings.auth_jwks_url:
+            import jwt  # here and in _verify: a server without sign-in never loads PyJWT and its cryptography
+
             self._jwks = jwt.PyJWKClient(
                 settings.auth_jwks_url,
                 cache_keys=True,
@@ -54,6 +57,8 @@ class Authenticator:
         return subject
 
     async def _verify(self, token: str) -> dict[str, Any]:
+        import jwt
+
         try:
             if self._jwks is not None:
                 # PyJWKClient fetches with urllib (blocking): keep it off the event loop.

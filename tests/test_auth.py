@@ -9,6 +9,8 @@ import base64
 import hashlib
 import hmac
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -144,3 +146,9 @@ async def test_an_unreachable_jwks_is_a_401_not_a_500(provider: tuple[Provider, 
     issuer.up = False
     with pytest.raises(Unauthorized):
         await auth.user_id(f"Bearer {issuer.token()}")
+
+
+def test_a_server_without_sign_in_never_loads_pyjwt() -> None:
+    # PyJWT pulls in cryptography (11 MB of the server's memory) and is only needed to verify a token.
+    code = "import sys, server.app, server.cli; sys.exit('jwt' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
