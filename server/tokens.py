@@ -89,6 +89,10 @@ class _TiktokenCounter:
     exact = True
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
+        # tiktoken keeps the encoding's BPE ranks twice: in its Rust core, which encodes, and as a Python dict
+        # (~25 MB for o200k) read only to pickle the Encoding. Nothing here pickles it, so the dict goes.
+        if isinstance(getattr(encoding, "_mergeable_ranks", None), dict):
+            encoding._mergeable_ranks = {}  # noqa: SLF001
         self._enc = encoding
         self.name = f"tiktoken:{encoding.name}"
 
