@@ -1,13 +1,19 @@
-"""Memory of one served book: server RSS fresh, after 100 questions, holding 2,000 streams, and after a soak.
+"""Memory of one served book: server RSS fresh, after 100 questions, after a soak, and holding 2,000 streams.
 
     .venv/bin/python -m bench.memory [--book ../shared/corpora/rizsheik-humanoid-course] [--data-dir DIR]
         [--streams 2000] [--soak-minutes 10] [--quick] [--json PATH]
 
-The server runs as its own process (``python -m server serve``, one worker, the embedded Qdrant Edge index
-of the book, a scratch Postgres database, the fake model in this process). The book is ingested into
-DATA_DIR first when it holds no index. Questions are asked through ``POST /api/chat`` and read to the end;
-the held streams follow answers the fake model never starts (the registry pings them); the soak asks a
-question every second. Targets (issue 18): 250 MB after start and questions, flat over the soak.
+Two servers, each its own process (``python -m server serve``, one worker, the embedded Qdrant Edge index
+of the book, a scratch Postgres database), one after the other:
+
+- offline, the default run (local embedder, extractive answers): fresh, after 100 questions, and after a
+  soak that asks a question every second;
+- with a model (the fake OpenAI-compatible server in this process, so the openai client and tiktoken are
+  loaded): fresh, after 100 questions, and holding streams that follow answers the model never starts.
+
+The book is ingested into DATA_DIR first when it holds no index. Questions are asked through
+``POST /api/chat`` and read to the end. Targets (issue 18): 250 MB after start and questions, flat over the
+soak.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench.chat import free_port, post_stream, running, scratch_database, serve_argv, server_env
+from bench.chat import ServerProcess, free_port, post_stream, running, scratch_database, serve_argv, server_env
 from bench.figures import Figure, table, write
 from bench.streams import close_all, open_readers, post_message, raise_open_file_limit
 from server import ingest
@@ -53,48 +59,66 @@ async def _index(book: Path, data_dir: Path) -> None:
 
 async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
     await _index(args.book, data_dir)
-    fake = FakeOpenAI(default=ok("The book explains this in the cited section [1]."))
     with scratch_database() as database_url:
-        async with serving(fake.app()) as llm_base:
-            port = free_port()
-            env = server_env(database_url, data_dir, f"{llm_base}/v1", port, LLM_TIMEOUT_S="3600")
-            async with running(serve_argv(port), env) as server:
-                fresh = server.rss_bytes()
-                for i in range(100):
-                    await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[i % 5]} ({i})"})
-                after_questions = server.rss_bytes()
-                print(f"RSS fresh {fresh / MB:.0f} MB; after 100 questions {after_questions / MB:.0f} MB")
+        figures = await _offline(args, data_dir, database_url)
+        figures += await _with_model(args, data_dir, database_url)
+    return figures
 
-                fake.default = Behaviour(stall_s=3600)  # held streams: answers that never start
-                urls = [(await post_message(server, QUESTIONS[i % 5]))["stream_url"] for i in range(10)]
-                readers = await open_readers(server, urls, args.streams)
-                await asyncio.sleep(2)
-                holding = server.rss_bytes()
-                held = sum(r.status == 200 for r in readers)
-                print(f"RSS holding {held} streams {holding / MB:.0f} MB")
-                await close_all(readers)
-                await asyncio.sleep(2)
 
-                fake.default = ok("The book explains this in the cited section [1].")
-                soak_start = server.rss_bytes()
-                deadline = time.monotonic() + args.soak_minutes * 60
-                n = 0
-                while time.monotonic() < deadline:
-                    await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[n % 5]} [{n}]"})
-                    n += 1
-                    await asyncio.sleep(1.0)
-                soaked = server.rss_bytes()
-                print(f"RSS after a {args.soak_minutes:g}-minute soak ({n} questions) {soaked / MB:.0f} MB")
+async def _offline(args: argparse.Namespace, data_dir: Path, database_url: str) -> list[Figure]:
+    port = free_port()
+    env = server_env(database_url, data_dir, "http://127.0.0.1:9/v1", port)
+    del env["OPENAI_API_KEY"], env["OPENAI_BASE_URL"]  # the default run: no model
+    async with running(serve_argv(port), env) as server:
+        fresh, after_questions = await _fresh_and_after_questions(server, "offline")
+        soak_start = server.rss_bytes()
+        deadline = time.monotonic() + args.soak_minutes * 60
+        n = 0
+        while time.monotonic() < deadline:
+            await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[n % 5]} [{n}]"})
+            n += 1
+            await asyncio.sleep(1.0)
+        soaked = server.rss_bytes()
+        print(f"offline: RSS after a {args.soak_minutes:g}-minute soak ({n} questions) {soaked / MB:.0f} MB")
+    return [
+        Figure("memory, offline: server RSS fresh", fresh / MB, "MB", 250.0),
+        Figure("memory, offline: server RSS after 100 questions", after_questions / MB, "MB", 250.0),
+        Figure(f"memory, offline: RSS after a {args.soak_minutes:g}-min soak", soaked / MB, "MB", 250.0),
+        Figure("memory, offline: RSS after the soak / at its start", soaked / soak_start, "ratio", 1.1),
+    ]
+
+
+async def _with_model(args: argparse.Namespace, data_dir: Path, database_url: str) -> list[Figure]:
+    fake = FakeOpenAI(default=ok("The book explains this in the cited section [1]."))
+    async with serving(fake.app()) as llm_base:
+        port = free_port()
+        env = server_env(database_url, data_dir, f"{llm_base}/v1", port, LLM_TIMEOUT_S="3600")
+        async with running(serve_argv(port), env) as server:
+            fresh, after_questions = await _fresh_and_after_questions(server, "with a model")
+            fake.default = Behaviour(stall_s=3600)  # held streams: answers that never start
+            urls = [(await post_message(server, QUESTIONS[i % 5]))["stream_url"] for i in range(10)]
+            readers = await open_readers(server, urls, args.streams)
+            await asyncio.sleep(2)
+            holding = server.rss_bytes()
+            held = sum(r.status == 200 for r in readers)
+            print(f"with a model: RSS holding {held} streams {holding / MB:.0f} MB")
+            await close_all(readers)
     per_stream_kb = (holding - after_questions) / max(1, held) / 1024
     return [
-        Figure("memory: server RSS fresh", fresh / MB, "MB", 250.0),
-        Figure("memory: server RSS after 100 questions", after_questions / MB, "MB", 250.0),
-        Figure(f"memory: server RSS holding {held} streams", holding / MB, "MB"),
-        Figure("memory: RSS per held stream", per_stream_kb, "KiB"),
-        Figure(
-            f"memory: RSS after the soak / at its start ({args.soak_minutes:g} min)", soaked / soak_start, "ratio", 1.1
-        ),
+        Figure("memory, with a model: server RSS fresh", fresh / MB, "MB"),
+        Figure("memory, with a model: server RSS after 100 questions", after_questions / MB, "MB"),
+        Figure(f"memory, with a model: RSS holding {held} streams", holding / MB, "MB"),
+        Figure("memory, with a model: RSS per held stream", per_stream_kb, "KiB"),
     ]
+
+
+async def _fresh_and_after_questions(server: ServerProcess, label: str) -> tuple[int, int]:
+    fresh = server.rss_bytes()
+    for i in range(100):
+        await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[i % 5]} ({i})"})
+    after_questions = server.rss_bytes()
+    print(f"{label}: RSS fresh {fresh / MB:.0f} MB; after 100 questions {after_questions / MB:.0f} MB")
+    return fresh, after_questions
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from server.embeddings import LocalEmbedder
 from server.services import open_services
 from server.settings import Settings
 from tests.conftest import alembic_config, create_database, drop_database
-from tests.report_data import insert, reader_month
+from tests.report_data import Asked, insert, reader_month
 
 _AFTERTHOUGHTS = ("", " Thanks!", " I'm new to this.", " Asking for a class project.", " Any tips?", " (UK)")
 
@@ -35,7 +35,7 @@ _AFTERTHOUGHTS = ("", " Thanks!", " I'm new to this.", " Asking for a class proj
 def _seed(url: str, questions: int) -> int:
     rng = random.Random(42)
     base = reader_month(rng)
-    asked = []
+    asked: list[Asked] = []
     while len(asked) < questions:
         for a in base:
             tail = rng.choice(_AFTERTHOUGHTS) + (f" (lesson {rng.randint(1, 40)})" if rng.random() < 0.7 else "")
