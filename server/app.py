@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server import admin, api, ingest, logs, metrics, openapi, webapp
+from server import admin, api, calibration, ingest, logs, metrics, openapi, webapp
 from server.errors import AppError, MethodNotAllowed, NotFound, PayloadTooLarge
 from server.retrieval import Retriever
 from server.services import Services, open_services
@@ -275,8 +275,11 @@ async def _ingest_at_start(services: Services) -> None:
     settings = services.settings
     assert settings.book_path is not None and services.index is not None and services.embedder is not None
     report = await ingest.run(settings.book_path, services.index, services.embedder, base_url=settings.book_base_url)
-    services.embedder.release_batches()
     log.info("book ingested at start-up: %s", report.summary())
+    serving = services.chat.retriever if services.chat is not None else None
+    retriever = serving or Retriever(services.index, services.embedder)
+    retriever.calibration = await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
+    services.embedder.release_batches()
 
 
 def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:

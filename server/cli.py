@@ -89,7 +89,15 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON")
     evaluate.add_argument("--plot", type=Path, default=None, metavar="PATH", help="draw confidence histograms (PNG)")
     evaluate.add_argument("--calibrate", action="store_true", help="derive a calibration from these questions")
+    evaluate.add_argument(
+        "--save", action="store_true", help="with --calibrate: keep that calibration with the index (serve uses it)"
+    )
     evaluate.set_defaults(run=_eval)
+
+    calibrate = commands.add_parser(
+        "calibrate", help="derive the confidence calibration from the indexed book again, and show its evidence"
+    )
+    calibrate.set_defaults(run=_calibrate)
     return parser
 
 
@@ -182,10 +190,13 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
         return advance
 
     async def run() -> ingest.IngestReport:
+        from server import calibration
+        from server.retrieval import Retriever
+
         light = settings.replace(database_url=None, redis_url=None)
         async with open_services(light, retrieval=True) as services:
             assert services.index is not None and services.embedder is not None
-            return await ingest.run(
+            report = await ingest.run(
                 args.path,
                 services.index,
                 services.embedder,
@@ -194,6 +205,11 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
                 dry_run=args.dry_run,
                 progress=progress,
             )
+            if not args.dry_run:
+                retriever = Retriever(services.index, services.embedder)
+                kept = await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
+                print(f"confidence calibration: {calibration.points(kept)}")
+            return report
 
     try:
         report = asyncio.run(run())
@@ -205,6 +221,30 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     for skipped in report.skipped:
         print(f"skipped {skipped.file_path}: {skipped.reason}")
     print(report.summary())
+    return 0
+
+
+def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
+    from server import calibration, confidence
+    from server.index import IndexLocked
+    from server.retrieval import Retriever
+    from server.services import open_services
+
+    async def run() -> calibration.Derived:
+        async with open_services(settings.replace(database_url=None, redis_url=None), retrieval=True) as services:
+            assert services.index is not None and services.embedder is not None
+            if not await services.index.exists():
+                raise UsageError(f"no index at {settings.qdrant_url or settings.qdrant_path}: run ingest first")
+            derived = await calibration.derive(Retriever(services.index, services.embedder), services.index)
+            await calibration.save(services.index, services.embedder, derived.calibration, "book")
+            return derived
+
+    try:
+        derived = asyncio.run(run())
+    except IndexLocked as exc:
+        raise UsageError(str(exc)) from None
+    print(calibration.report(derived, confidence.CALIBRATIONS[settings.embedder]))
+    print("saved with the index; a running server uses it after a restart")
     return 0
 
 
@@ -318,11 +358,13 @@ def _write_file(path: Path, text: str) -> None:
 
 
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
-    from server import evaluate
+    from server import calibration, evaluate
     from server.index import IndexLocked
     from server.retrieval import Retriever
     from server.services import open_services
 
+    if args.save and not args.calibrate:
+        raise UsageError("--save keeps the calibration --calibrate derives: give both")
     try:
         questions = evaluate.load_questions(args.questions)
     except (OSError, evaluate.QuestionFileError) as exc:
@@ -333,8 +375,17 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
             assert services.index is not None and services.embedder is not None
             if not await services.index.exists():
                 raise UsageError(f"no index at {settings.qdrant_url or settings.qdrant_path}: run ingest first")
-            retriever = Retriever(services.index, services.embedder)
-            return await evaluate.run(retriever, questions, module_aware=args.module_aware), retriever
+            kept = await calibration.stored(services.index, services.embedder)
+            retriever = Retriever(services.index, services.embedder, kept)
+            outcomes = await evaluate.run(retriever, questions, module_aware=args.module_aware)
+            if args.save:
+                try:
+                    derived = evaluate.calibrate(outcomes)
+                except ValueError as exc:
+                    raise UsageError(f"cannot calibrate: {exc}") from None
+                await calibration.save(services.index, services.embedder, derived, "questions")
+                print(f"saved with the index: {calibration.points(derived)} (serve uses it after a restart)")
+            return outcomes, retriever
 
     try:
         outcomes, retriever = asyncio.run(run())

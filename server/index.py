@@ -235,6 +235,15 @@ class VectorIndex:
         await self._verify()
         return bool(await self._call(self.backend.mentions(sparse)))
 
+    async def section_headings(self) -> dict[str, str]:
+        """Every section's URL (with its anchor) and its own heading, the last of its heading path."""
+        headings: dict[str, str] = {}
+        async for _, p in self._scroll(["url", "heading_path"]):
+            path, url = p.get("heading_path") or (), p.get("url")
+            if isinstance(url, str) and path and str(path[-1]).strip():
+                headings.setdefault(url, str(path[-1]).strip())
+        return headings
+
     async def modules(self) -> list[ModuleInfo]:
         """Modules and chapters present in the index, in book order (cached until the next write)."""
         if self._modules is not None:

@@ -46,6 +46,11 @@ class IngestReport:
     embed_seconds: float = 0.0
     dry_run: bool = False
 
+    @property
+    def changed(self) -> bool:
+        """Whether the index now holds another book than before (anything added, changed or removed)."""
+        return not self.dry_run and (self.new + self.updated + self.deleted) > 0
+
     def summary(self) -> str:
         line = f"{self.new} new, {self.updated} updated, {self.deleted} deleted, {self.unchanged} unchanged"
         extra = f" ({self.files} files, {self.chunks} chunks, {len(self.skipped)} skipped, {self.seconds:.1f} s)"

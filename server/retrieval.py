@@ -129,6 +129,14 @@ class Retriever:
             result = await self._textbook(question, module)
         return replace(result, timings_ms={"retrieval": round((time.perf_counter() - started) * 1000, 2)})
 
+    async def evidence(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> float:
+        """The raw evidence for ``text`` in the whole book, before calibration, as ``retrieve`` measures it;
+        ``hold_out`` leaves out the section at that URL (the in-scope probes of ``calibration.py``)."""
+        query = _Query(text)
+        ranked = [c for c in await self._search(dense, query, None) if c.hit.payload.get("url") != hold_out]
+        unknown = await self._unknown_names(query, ranked)
+        return confidence.weighted_similarity([c.relevance for c in _diversify(ranked, TOP_K)]) * _known(query, unknown)
+
     async def warm(self) -> None:
         """Load the embedder and touch the index now rather than on the first question."""
         dense = await self.embedder.embed_query("warm up")

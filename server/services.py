@@ -82,6 +82,7 @@ async def open_services(settings: Settings, *, retrieval: bool = False, chat: bo
 
 async def _chat_service(settings: Settings, services: Services, stack: AsyncExitStack) -> ChatService:
     # Imported here so maintenance commands (ingest, purge) do not load the generation stack.
+    from server.calibration import stored
     from server.capabilities import Capabilities
     from server.chat import ChatService
     from server.faq import Faq
@@ -106,12 +107,13 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
         stack.push_async_callback(writer.close, settings.shutdown_grace_s)
     stack.push_async_callback(registry.cancel_all, "shutdown")
     key = settings.stream_signing_key.reveal().encode() if settings.stream_signing_key else None
+    calibration = await stored(services.index, services.embedder)  # the book's own, when ingest derived one
     generator = create_generator(settings)
     stack.push_async_callback(generator.aclose)
     return ChatService(
         store=services.store,
         registry=registry,
-        retriever=Retriever(services.index, services.embedder),
+        retriever=Retriever(services.index, services.embedder, calibration),
         generator=generator,
         faq=Faq.load(settings.faq_path, base_url=settings.book_base_url),
         capabilities=Capabilities(key, ttl_s=settings.stream_ttl_s),
