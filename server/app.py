@@ -17,7 +17,7 @@ import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from types import FrameType
 from typing import Any
 
@@ -74,7 +74,8 @@ def create_app(
                 _freeze_heap()
             restore = _drain_on_sigterm(drain) if handle_sigterm else None
             try:
-                yield {"services": services, "drain": drain}
+                async with _watching_the_book(services):
+                    yield {"services": services, "drain": drain}
             finally:
                 if restore is not None:
                     restore()
@@ -280,6 +281,23 @@ async def _ingest_at_start(services: Services) -> None:
     retriever = serving or Retriever(services.index, services.embedder)
     retriever.calibration = await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
     services.embedder.release_batches()
+
+
+def _watching_the_book(services: Services) -> AbstractAsyncContextManager[object]:
+    """``serve --book``: re-ingest when the book changes (every BOOK_WATCH_S) or on SIGHUP (bookwatch.py)."""
+    settings = services.settings
+    chat = services.chat
+    if settings.book_path is None or chat is None or chat.retriever is None or services.index is None:
+        return nullcontext()
+    if not services.index.embedded:  # with a Qdrant server every worker would watch: ingest from one place instead
+        return nullcontext()
+    assert services.embedder is not None
+    from server.bookwatch import BookWatcher
+
+    watcher = BookWatcher(
+        settings.book_path, services.index, services.embedder, chat.retriever, base_url=settings.book_base_url
+    )
+    return watcher.running(settings.book_watch_s)
 
 
 def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:

@@ -46,7 +46,9 @@ class Embedder(Protocol):
     chunk_tokens: int
     chunk_overlap: int
 
-    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+    async def embed_documents(self, texts: Sequence[str], *, background: bool = False) -> list[list[float]]:
+        """Vectors of ``texts`` in order; ``background`` (a re-ingest while serving) leaves cores to the readers."""
+        ...
 
     async def embed_query(self, text: str) -> list[float]: ...
 
@@ -126,14 +128,19 @@ class LocalEmbedder:
             result[batch] = vectors
         return result
 
-    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_documents(self, texts: Sequence[str], *, background: bool = False) -> list[list[float]]:
         if not texts:
             return []
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minilm")
+        # In the background (a re-ingest while serving) a batch runs on one core, the query session's: the
+        # other cores stay with the readers' questions and streams.
+        threads: Literal["all", "one"] = "one" if background else "all"
         # run_in_executor hands the batch to the thread in this very step (anyio's to_thread first yields
         # twice), so a caller that schedules it and then blocks the loop (an embedded-Qdrant write) overlaps.
-        vectors = await asyncio.get_running_loop().run_in_executor(self._executor, self.embed, list(texts))
+        vectors = await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(self.embed, list(texts), threads=threads)
+        )
         return vectors.tolist()  # type: ignore[no-any-return]
 
     async def embed_query(self, text: str) -> list[float]:
@@ -219,7 +226,7 @@ class OpenAIEmbedder:
         self._max_inputs = max_inputs
         self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
 
-    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_documents(self, texts: Sequence[str], *, background: bool = False) -> list[list[float]]:
         vectors: list[list[float]] = []
         for batch in self._batches([self.counter.truncate(t, _OPENAI_MAX_INPUT_TOKENS) for t in texts]):
             vectors.extend(await self._request(batch))

@@ -95,8 +95,10 @@ async def run(
     force: bool = False,
     dry_run: bool = False,
     progress: Callable[[int], Progress] | None = None,
+    background: bool = False,
 ) -> IngestReport:
-    """Bring the index in line with the book at ``path``; ``progress(total)`` returns an advance callback."""
+    """Bring the index in line with the book at ``path``; ``progress(total)`` returns an advance callback;
+    ``background`` when the server is answering readers meanwhile (the embedder then leaves them cores)."""
     started = time.perf_counter()
     book = await asyncio.to_thread(read, path, embedder, base_url=base_url)
     parse_seconds = time.perf_counter() - started
@@ -111,7 +113,7 @@ async def run(
     embed_seconds = 0.0
     if not dry_run:
         advance = progress(len(plan.to_embed)) if progress else None
-        embed_seconds = await _embed_and_write(plan.to_embed, index, embedder, advance)
+        embed_seconds = await _embed_and_write(plan.to_embed, index, embedder, advance, background=background)
         if plan.reindexed:
             await index.set_payloads(plan.reindexed)
         await index.delete(plan.to_delete)
@@ -161,7 +163,7 @@ def _plan(chunks: Sequence[Chunk], points: Sequence[IndexedPoint]) -> _Plan:
 
 
 async def _embed_and_write(
-    chunks: Sequence[Chunk], index: VectorIndex, embedder: Embedder, advance: Progress | None
+    chunks: Sequence[Chunk], index: VectorIndex, embedder: Embedder, advance: Progress | None, *, background: bool
 ) -> float:
     """Embed in batches while the previous batch is written (the embedder runs in a worker thread)."""
     embed_seconds = 0.0
@@ -170,7 +172,7 @@ async def _embed_and_write(
 
     async def embed(batch: Sequence[Chunk]) -> tuple[list[list[float]], float]:
         t0 = time.perf_counter()
-        vectors = await embedder.embed_documents([c.embedding_text for c in batch])
+        vectors = await embedder.embed_documents([c.embedding_text for c in batch], background=background)
         return vectors, time.perf_counter() - t0
 
     pending = asyncio.create_task(embed(batches[0])) if batches else None

@@ -76,6 +76,7 @@ class Settings:
     session_retention_days: int = 30
     faq_path: Path = Path("faq/faq.json")
     book_path: Path | None = None
+    book_watch_s: float = 5.0  # serve --book: how often to look for a changed book (0: only on SIGHUP)
     llm_timeout_s: float = 20.0
     db_timeout_s: float = 2.0
     db_pool_size: int = 20  # DB_POOL_SIZE: connections per process
@@ -128,6 +129,7 @@ class Settings:
             session_retention_days=r.number("SESSION_RETENTION_DAYS", int, cls.session_retention_days, minimum=1),
             faq_path=r.path("FAQ_PATH", cls.faq_path),
             book_path=r.optional_path("BOOK_PATH"),
+            book_watch_s=r.number("BOOK_WATCH_S", float, cls.book_watch_s, minimum=0.0),
             llm_timeout_s=r.number("LLM_TIMEOUT_S", float, cls.llm_timeout_s, minimum=0.001),
             db_timeout_s=r.number("DB_TIMEOUT_S", float, cls.db_timeout_s, minimum=0.001),
             db_pool_size=r.number("DB_POOL_SIZE", int, cls.db_pool_size, minimum=2),

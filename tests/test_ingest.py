@@ -38,9 +38,9 @@ class RecordingEmbedder:
         self.counter, self.chunk_tokens, self.chunk_overlap = inner.counter, inner.chunk_tokens, inner.chunk_overlap
         self.embedded: list[str] = []
 
-    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_documents(self, texts: Sequence[str], *, background: bool = False) -> list[list[float]]:
         self.embedded.extend(texts)
-        return await self.inner.embed_documents(texts)
+        return await self.inner.embed_documents(texts, background=background)
 
     async def embed_query(self, text: str) -> list[float]:
         return await self.inner.embed_query(text)

@@ -50,7 +50,7 @@ class WordEmbedder:
     chunk_tokens = 2000
     chunk_overlap = 0
 
-    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_documents(self, texts: Sequence[str], *, background: bool = False) -> list[list[float]]:
         return [self._embed(t) for t in texts]
 
     async def embed_query(self, text: str) -> list[float]:
