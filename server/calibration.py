@@ -104,7 +104,7 @@ async def derive(retriever: Retriever, index: VectorIndex) -> Derived:
     started = time.perf_counter()
     sections = await _sections(index)
     probes = [*OUT_OF_SCOPE_PROBES, *(heading for _, heading in sections)]
-    vectors = await retriever.embedder.embed_documents(probes)
+    vectors = await retriever.embedder.embed_documents(probes, background=True)  # a server may be answering
     outside = [
         await retriever.evidence(text, vector)
         for text, vector in zip(OUT_OF_SCOPE_PROBES, vectors[: len(OUT_OF_SCOPE_PROBES)], strict=True)
