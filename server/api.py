@@ -272,9 +272,10 @@ async def session_messages(request: Request) -> JSONResponse:
     after = _time_param(request, "after")
     messages = await store.history(session_id, limit=limit + 1, after=after)
     page, more = messages[:limit], len(messages) > limit
+    chat = services(request).chat
     body = {
         "session_id": str(session_id),
-        "messages": [_message_json(m) for m in page],
+        "messages": [_message_json(m, chat) for m in page],
         "next": page[-1].created_at.isoformat() if more and page else None,
     }
     return JSONResponse(body, headers=who.budget_headers)
@@ -337,7 +338,9 @@ async def _own_session(request: Request, store: Store, who: Caller) -> uuid.UUID
     return session_id
 
 
-def _message_json(message: MessageRow) -> dict[str, Any]:
+def _message_json(message: MessageRow, chat: ChatService | None) -> dict[str, Any]:
+    # An answer still being written gets its stream: a reader who reloaded mid-answer follows it from the start.
+    live = chat is not None and message.role == "assistant" and message.status == "streaming"
     return {
         "id": str(message.id),
         "role": message.role,
@@ -350,6 +353,7 @@ def _message_json(message: MessageRow) -> dict[str, Any]:
         "feedback": message.feedback,
         "created_at": message.created_at.isoformat(),
         "citations": [_citation_json(c) for c in message.citations],
+        "stream_url": chat.capabilities.stream_url(str(message.id)) if live and chat is not None else None,
     }
 
 

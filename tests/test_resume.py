@@ -141,6 +141,21 @@ async def test_a_finished_answer_replays_from_postgres_once_live_events_are_gone
     assert after_done.status_code == 204
 
 
+async def test_history_hands_a_reader_who_reloaded_mid_answer_the_stream_to_follow(server: Server) -> None:
+    async with server() as (client, _):
+        created = await post_message(client)
+        first = await read_some(client, created["stream_url"], tokens=2)  # the reader is there, then reloads
+        history_url = f"/api/sessions/{created['session_id']}/messages"
+        headers = {"X-Session-Token": created["session_token"]}
+        during = (await client.get(history_url, headers=headers)).json()["messages"]
+        answer = next(m for m in during if m["role"] == "assistant")
+        assert answer["status"] == "streaming" and answer["stream_url"]
+        resumed = await read_all(client, "GET", answer["stream_url"])  # from the start: the page kept nothing
+        after = (await client.get(history_url, headers=headers)).json()["messages"]
+    assert answer_text(resumed) == LONG_ANSWER and answer_text(first) in LONG_ANSWER
+    assert all(m["stream_url"] is None for m in after)  # finished: nothing left to follow
+
+
 @pytest.mark.parametrize("mangle", ["wrong", "missing", "other-message", "expired"])
 async def test_a_wrong_or_expired_capability_is_a_404(server: Server, mangle: str) -> None:
     async with server(STREAM_TTL_S="1") as (client, _):
