@@ -184,6 +184,17 @@ async def test_stop_cancels_a_generation(stack: Stack, clean_db: str) -> None:
     assert fake.streams_completed == 0
 
 
+async def test_a_reload_mid_answer_follows_the_answer_to_its_end(stack: Stack, clean_db: str) -> None:
+    long_answer = " ".join(f"word{i}" for i in range(150)) + " [1]."
+    # The default grace (not the suite's 0): an answer outlives its reader's reload by STREAM_GRACE_S.
+    async with stack(STREAM_GRACE_S="20") as (base_url, fake):
+        fake.default = ok(long_answer, token_delay_s=0.03)  # 4.5 s: the reload lands mid-answer
+        report = await run_scenario("reload", base_url)
+    assert report["text"].startswith("word0 word1") and "word149" in report["text"]  # the whole answer, once
+    assert report["text"].count("word1 ") == 1
+    assert len(fake.requests) == 1  # followed, not asked again
+
+
 async def test_faq_answers_when_retrieval_is_down_and_429_says_when_to_ask_again(stack: Stack) -> None:
     down = {"QDRANT_URL": "http://127.0.0.1:1", "QDRANT_TIMEOUT_S": "0.5", "RATE_LIMIT_ANON": "2/hour"}
     async with stack(ingest=False, **down) as (url, fake):  # nothing to ingest into: the index is unreachable

@@ -52,6 +52,7 @@ export function ChatPanel({
   const inputRef = useRef<HTMLTextAreaElement>(null);
   const logRef = useRef<HTMLDivElement>(null);
   const loaded = useRef(false);
+  const resume = useRef<(answerKey: string, streamUrl: string) => Promise<void>>(async () => {});
 
   const isInsidePanel = useCallback((node: Node) => Boolean(panelRef.current?.contains(node)), []);
   const [selection, clearSelection] = useSelection(isInsidePanel);
@@ -64,7 +65,15 @@ export function ChatPanel({
     if (!session) return;
     client
       .history(session)
-      .then((messages) => dispatch({ type: "history", session, messages }))
+      .then((messages) => {
+        dispatch({ type: "history", session, messages });
+        // An answer still being written when the page reloaded: follow it rather than show it stopped.
+        for (const m of messages) {
+          if (m.role === "assistant" && m.status === "streaming" && m.stream_url) {
+            void resume.current(m.id, m.stream_url);
+          }
+        }
+      })
       .catch((error: unknown) => {
         if (error instanceof ApiError && error.status === 404) saveSession(null); // purged or deleted
         else setPanelNotice({ code: "history_unavailable", message: "Your earlier conversation could not be loaded." });
@@ -128,7 +137,7 @@ export function ChatPanel({
   const moduleTitles = useMemo(() => new Map(modules.map((m) => [m.id, m.title])), [modules]);
 
   const run = useCallback(
-    async (answerKey: string, request: ChatRequest) => {
+    async (answerKey: string, request: ChatRequest, from: string | null = null) => {
       const controller = new AbortController();
       controllers.current.set(answerKey, controller);
       try {
@@ -139,6 +148,7 @@ export function ChatPanel({
             onReconnecting: () => dispatch({ type: "reconnecting", key: answerKey }),
           },
           controller.signal,
+          from,
         );
         if (outcome.kind === "failed" && outcome.failure) {
           dispatch({ type: "failed", key: answerKey, failure: outcome.failure });
@@ -155,6 +165,9 @@ export function ChatPanel({
     },
     [client],
   );
+
+  // Following an answer found in history: there is no question to post, only the stream to read.
+  resume.current = (answerKey, streamUrl) => run(answerKey, { question: "" }, streamUrl);
 
   const ask = (question: string): void => {
     const text = question.trim();

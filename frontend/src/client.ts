@@ -68,11 +68,18 @@ export class ChatClient {
    * Ask and stream the answer. A drop before `done`/`error` reconnects: to `stream_url` with
    * Last-Event-ID once the meta event is in, otherwise by repeating the POST with the same
    * `client_request_id` (the server attaches to the first message instead of asking twice).
+   * With `from` (an answer already being written, found in history after a reload) nothing is posted:
+   * the answer is followed from its `stream_url`, from the first event.
    */
-  async stream(request: ChatRequest, handlers: StreamHandlers, signal: AbortSignal): Promise<StreamOutcome> {
+  async stream(
+    request: ChatRequest,
+    handlers: StreamHandlers,
+    signal: AbortSignal,
+    from: string | null = null,
+  ): Promise<StreamOutcome> {
     const body: ChatRequest = { ...request, client_request_id: request.client_request_id ?? uuid() };
     let lastId = 0;
-    let streamUrl: string | null = null;
+    let streamUrl: string | null = from;
     let ended = false;
     let retryMs: number | null = null;
     const onFrame = (event: ChatEvent): void => {

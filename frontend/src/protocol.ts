@@ -113,6 +113,8 @@ export interface HistoryMessage {
   confidence: number | null;
   feedback: "up" | "down" | null;
   citations: HistoryCitation[];
+  /** Set while the answer is still being written: follow it to see the rest. */
+  stream_url?: string | null;
 }
 
 export interface FaqEntry {

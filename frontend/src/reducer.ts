@@ -196,6 +196,11 @@ function fromHistory(h: HistoryMessage): Message {
     return { key: h.id, role: "user", text: h.content, selectedText: h.selected_text, module: h.module_filter };
   }
   const answer = newAnswer(h.id, null);
+  if (h.status === "streaming" && h.stream_url) {
+    // Still being written (the reader reloaded mid-answer): the panel follows its stream, whose replay
+    // from the first event rebuilds text, sources and notices; until then it shows as reconnecting.
+    return { ...answer, messageId: h.id, status: "reconnecting", streamUrl: h.stream_url, feedback: h.feedback };
+  }
   const finished = h.status === "complete";
   return {
     ...answer,

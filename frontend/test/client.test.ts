@@ -118,6 +118,25 @@ describe("ChatClient.stream", () => {
     expect([outcome.kind, reconnects]).toEqual(["ended", 1]);
   });
 
+  it("follows an answer found in history from its stream_url without posting anything", async () => {
+    const { fetch, calls } = scripted([
+      sse([META, frame(2, "token", { text: "Hi" }), frame(3, "done", { message_id: "m1", finish_reason: "stop", cited: [] })]),
+    ]);
+    const client = new ChatClient({ apiBase: "", fetch, reconnectDelaysMs: [1] });
+    const seen: ChatEvent[] = [];
+    const outcome = await client.stream(
+      { question: "" },
+      { onEvent: (e) => seen.push(e), onReconnecting: () => {} },
+      new AbortController().signal,
+      "/api/chat/messages/m1/stream?cap=abc",
+    );
+    expect(outcome.kind).toBe("ended");
+    expect(calls.map((c) => [c.method, c.url, c.headers["Last-Event-ID"]])).toEqual([
+      ["GET", "/api/chat/messages/m1/stream?cap=abc", "0"],
+    ]);
+    expect(seen.map((e) => e.type)).toEqual(["meta", "token", "done"]);
+  });
+
   it("stops on 204 from the resume URL: the answer finished while we were away", async () => {
     const { fetch } = scripted([sse([META], true), () => new Response(null, { status: 204 })]);
     const { outcome } = await run(new ChatClient({ apiBase: "", fetch, reconnectDelaysMs: [1] }));

@@ -133,6 +133,25 @@ describe("reducer", () => {
     expect((a as AnswerMessage).sources[0].url).toBe("/u");
   });
 
+  it("restores an answer still being written as reconnecting to its stream, to be rebuilt by the replay", () => {
+    const history: HistoryMessage[] = [
+      { id: "q", role: "user", content: "Q?", status: "complete", mode: "textbook", module_filter: null, selected_text: null, confidence: null, feedback: null, citations: [] },
+      { id: "a", role: "assistant", content: "Half an ans", status: "streaming", mode: "textbook", module_filter: null, selected_text: null, confidence: null, feedback: null, citations: [], stream_url: "/api/chat/messages/a/stream?cap=x" },
+    ];
+    let state = reducer(initialState, { type: "history", session: { id: "s", token: "t" }, messages: history });
+    const restored = state.messages[1] as AnswerMessage;
+    expect([restored.status, restored.streamUrl, restored.text, restored.finishReason]).toEqual([
+      "reconnecting",
+      "/api/chat/messages/a/stream?cap=x",
+      "",
+      null,
+    ]);
+    state = reducer(state, { type: "event", key: "a", event: { type: "token", id: 2, data: { text: "Half an answer." } } });
+    state = reducer(state, { type: "event", key: "a", event: { type: "done", id: 3, data: { message_id: "a", finish_reason: "stop", cited: [] } } });
+    const finished = state.messages[1] as AnswerMessage;
+    expect([finished.status, finished.text, finished.finishReason]).toEqual(["done", "Half an answer.", "stop"]);
+  });
+
   it("starts over on new chat but keeps a running rate limit", () => {
     let state = apply(asked(), meta);
     state = { ...state, rateLimitedUntil: 99 };
