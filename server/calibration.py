@@ -20,6 +20,7 @@ Deterministic, and cheap: the probes are embedded in one batch, then one search 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -105,14 +106,14 @@ async def derive(retriever: Retriever, index: VectorIndex) -> Derived:
     sections = await _sections(index)
     probes = [*OUT_OF_SCOPE_PROBES, *(heading for _, heading in sections)]
     vectors = await retriever.embedder.embed_documents(probes, background=True)  # a server may be answering
-    outside = [
-        await retriever.evidence(text, vector)
-        for text, vector in zip(OUT_OF_SCOPE_PROBES, vectors[: len(OUT_OF_SCOPE_PROBES)], strict=True)
-    ]
-    inside = [
-        await retriever.evidence(heading, vector, hold_out=url)
-        for (url, heading), vector in zip(sections, vectors[len(OUT_OF_SCOPE_PROBES) :], strict=True)
-    ]
+    outside: list[float] = []
+    for text, vector in zip(OUT_OF_SCOPE_PROBES, vectors[: len(OUT_OF_SCOPE_PROBES)], strict=True):
+        outside.append(await retriever.evidence(text, vector))
+        await asyncio.sleep(0)  # each probe is a search that never suspends: readers' streams run between them
+    inside: list[float] = []
+    for (url, heading), vector in zip(sections, vectors[len(OUT_OF_SCOPE_PROBES) :], strict=True):
+        inside.append(await retriever.evidence(heading, vector, hold_out=url))
+        await asyncio.sleep(0)
     prior = confidence.CALIBRATIONS[retriever.embedder.name]
     return Derived(
         calibration=rule(outside, inside, prior),

@@ -8,6 +8,7 @@ are translated here into ``RetrievalUnavailable``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -71,6 +72,12 @@ def create_embedder(settings: Settings) -> Embedder:
     return LocalEmbedder(settings.data_dir)
 
 
+def _lower_priority() -> None:
+    """Give this thread (only: Linux nices threads one by one) a lower CPU priority, where that is allowed."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
 def _truncated(ids: list[int]) -> list[int]:
     """At most the word pieces the model reads: the text's first ones, then the closing [SEP]."""
     return ids if len(ids) <= _LOCAL_MAX_WORDPIECES else ids[: _LOCAL_MAX_WORDPIECES - 1] + ids[-1:]
@@ -96,6 +103,7 @@ class LocalEmbedder:
         self._words: onnx_minilm.WordTable | None = None  # rows read from the model's word table as needed
         self._executor: ThreadPoolExecutor | None = None  # one batch at a time; each uses every core
         self._query_executor: ThreadPoolExecutor | None = None
+        self._background_executor: ThreadPoolExecutor | None = None  # re-ingest while serving (nice 10)
         self._cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._cache_size = query_cache_size
         self._load_lock = threading.Lock()
@@ -131,15 +139,20 @@ class LocalEmbedder:
     async def embed_documents(self, texts: Sequence[str], *, background: bool = False) -> list[list[float]]:
         if not texts:
             return []
-        if self._executor is None:
+        # In the background (a re-ingest while serving) a batch runs on one core, the query session's, in a
+        # thread of lower CPU priority: the other cores, and this one when they need it, stay with readers.
+        if background and self._background_executor is None:
+            self._background_executor = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="minilm-bg", initializer=_lower_priority
+            )
+        if not background and self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minilm")
-        # In the background (a re-ingest while serving) a batch runs on one core, the query session's: the
-        # other cores stay with the readers' questions and streams.
+        executor = self._background_executor if background else self._executor
         threads: Literal["all", "one"] = "one" if background else "all"
         # run_in_executor hands the batch to the thread in this very step (anyio's to_thread first yields
         # twice), so a caller that schedules it and then blocks the loop (an embedded-Qdrant write) overlaps.
         vectors = await asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(self.embed, list(texts), threads=threads)
+            executor, functools.partial(self.embed, list(texts), threads=threads)
         )
         return vectors.tolist()  # type: ignore[no-any-return]
 
@@ -169,10 +182,10 @@ class LocalEmbedder:
             self._executor = None
 
     async def aclose(self) -> None:
-        for executor in (self._executor, self._query_executor):
+        for executor in (self._executor, self._query_executor, self._background_executor):
             if executor is not None:
                 executor.shutdown(wait=False)
-        self._executor = self._query_executor = None
+        self._executor = self._query_executor = self._background_executor = None
         self._sessions.clear()
         if self._words is not None:
             self._words.close()

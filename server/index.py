@@ -12,13 +12,14 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from server.errors import IndexMismatch, RetrievalUnavailable
 from server.settings import Settings
 from server.sparse import Sparse
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DENSE = "dense"
 SPARSE = "sparse"
@@ -282,7 +283,9 @@ class VectorIndex:
     async def _scroll(self, fields: list[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Every point's payload ``fields``, page by page, with an engine failure as RetrievalUnavailable."""
         try:
-            async for item in self.backend.scroll(fields):
+            async for n, item in _enumerate(self.backend.scroll(fields)):
+                if n % 256 == 255:
+                    await asyncio.sleep(0)  # an embedded engine answers without suspending: let streams run
                 yield item
         except (ConnectionError, OSError, EngineError) as exc:
             log.warning("qdrant unavailable: %s", type(exc).__name__)
@@ -332,3 +335,10 @@ class _Backend(Protocol):
         file_paths: Sequence[str] | None,
     ) -> list[Scored]: ...
     async def mentions(self, sparse: Sparse) -> bool: ...
+
+
+async def _enumerate(items: AsyncIterator[_T]) -> AsyncIterator[tuple[int, _T]]:
+    n = 0
+    async for item in items:
+        yield n, item
+        n += 1

@@ -185,12 +185,12 @@ async def _embed_and_write(
             # Let the next batch reach the embedder's thread first: an embedded-Qdrant write below runs
             # synchronously on the loop (sqlite commits), so without this the two would take turns.
             await asyncio.sleep(0)
-            await index.upsert(
-                [c.chunk_id for c in batch],
-                vectors,
-                [sparse.document_vector(c.keyword_text) for c in batch],
-                [c.payload() for c in batch],
-            )
+            keywords = []
+            for n_chunk, chunk in enumerate(batch, start=1):
+                keywords.append(sparse.document_vector(chunk.keyword_text))
+                if n_chunk % 16 == 0:
+                    await asyncio.sleep(0)  # ~1 ms of Python each: a batch of 128 would hold the loop 100+ ms
+            await index.upsert([c.chunk_id for c in batch], vectors, keywords, [c.payload() for c in batch])
             if advance:
                 advance(len(batch))
     finally:
