@@ -2,13 +2,14 @@
  * The chat panel a book mounts once per site: a floating button that opens a non-modal dialog with the
  * conversation, the module menu, selection mode ("Ask about this") and the composer with Send / Stop.
  */
-import { useCallback, useEffect, useMemo, useReducer, useRef, useState, type ReactNode } from "react";
+import { useCallback, useEffect, useMemo, useReducer, useRef, useState, type MouseEvent, type ReactNode } from "react";
 import { Answer, untilText } from "./Answer";
 import { ChatIcon } from "./icons";
 import { ApiError, ChatClient, uuid, type Fetch } from "./client";
 import type { ChatRequest, FaqEntry, ModuleInfo } from "./protocol";
 import { initialState, reducer, type AnswerMessage } from "./reducer";
 import { visibleNotices } from "./notices";
+import { inAppPath } from "./navigation";
 import { atBottom } from "./scroll";
 import { loadSession, saveSession } from "./sessionStore";
 import { useSelection } from "./useSelection";
@@ -22,6 +23,11 @@ export interface ChatPanelProps {
   /** Open the panel on first render (the demo page does not). */
   defaultOpen?: boolean;
   fetch?: Fetch;
+  /**
+   * The site's router (Docusaurus: `useHistory().push`): same-site links in answers then navigate inside the
+   * single-page app instead of reloading it. Without it they are ordinary links.
+   */
+  navigate?: (path: string) => void;
 }
 
 type PanelNotice = { code: string; message: string } | null;
@@ -32,6 +38,7 @@ export function ChatPanel({
   authToken,
   defaultOpen = false,
   fetch: fetchImpl,
+  navigate,
 }: ChatPanelProps): ReactNode {
   const client = useMemo(
     () => new ChatClient({ apiBase, fetch: fetchImpl, authToken }),
@@ -165,6 +172,16 @@ export function ChatPanel({
     },
     [client],
   );
+
+  // One listener for every link in the answers (citations, sources, links in the text): see navigation.ts.
+  const followInApp = (event: MouseEvent<HTMLDivElement>): void => {
+    const anchor = (event.target as Element).closest?.("a[href]");
+    if (!navigate || !(anchor instanceof HTMLAnchorElement)) return;
+    const path = inAppPath(anchor, event, window.location);
+    if (path === null) return;
+    event.preventDefault();
+    navigate(path);
+  };
 
   // Following an answer found in history: there is no question to post, only the stream to read.
   resume.current = (answerKey, streamUrl) => run(answerKey, { question: "" }, streamUrl);
@@ -345,6 +362,7 @@ export function ChatPanel({
           aria-live="polite"
           aria-relevant="additions text"
           onScroll={onLogScroll}
+          onClick={followInApp}
         >
           {state.messages.length === 0 && (
             <div className="tc-empty">
