@@ -244,3 +244,9 @@ async def test_the_reader_keeps_their_scroll_position_and_long_words_wrap(stack:
         fake.default = ok(long_answer, token_delay_s=0.01)
         report = await run_scenario("scroll", base_url)
     assert report["kept"] < 5 and report["gap"] < 30
+
+
+async def test_on_a_phone_the_panel_fills_the_screen_and_its_menu_fits(stack: Stack) -> None:
+    async with stack() as (base_url, _):
+        report = await run_scenario("phone", base_url)
+    assert report["panel"]["width"] == 390

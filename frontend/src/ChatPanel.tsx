@@ -272,7 +272,8 @@ export function ChatPanel({
 
   const close = (): void => {
     setOpen(false);
-    launcherRef.current?.focus();
+    // After the render: on a phone the launcher is hidden while the panel is open (panel.css).
+    requestAnimationFrame(() => launcherRef.current?.focus());
   };
 
   return (
