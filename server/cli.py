@@ -13,13 +13,17 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from server import __version__, logs
 from server.errors import AppError
 from server.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from server.embeddings import Embedder
+    from server.index import VectorIndex
 
 _REPORT_TIMEOUT_S = 600.0  # the report reads every question of the period and may embed the new ones
 
@@ -224,19 +228,27 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+@contextlib.asynccontextmanager
+async def _built_index(settings: Settings) -> AsyncIterator[tuple[VectorIndex, Embedder]]:
+    """The ingested index and its embedder, without the database or Redis; a usage error when nothing is there."""
+    from server.services import open_services
+
+    async with open_services(settings.replace(database_url=None, redis_url=None), retrieval=True) as services:
+        assert services.index is not None and services.embedder is not None
+        if not await services.index.exists():
+            raise UsageError(f"no index at {settings.qdrant_url or settings.qdrant_path}: run ingest first")
+        yield services.index, services.embedder
+
+
 def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from server import calibration, confidence
     from server.index import IndexLocked
     from server.retrieval import Retriever
-    from server.services import open_services
 
     async def run() -> calibration.Derived:
-        async with open_services(settings.replace(database_url=None, redis_url=None), retrieval=True) as services:
-            assert services.index is not None and services.embedder is not None
-            if not await services.index.exists():
-                raise UsageError(f"no index at {settings.qdrant_url or settings.qdrant_path}: run ingest first")
-            derived = await calibration.derive(Retriever(services.index, services.embedder), services.index)
-            await calibration.save(services.index, services.embedder, derived.calibration, "book")
+        async with _built_index(settings) as (index, embedder):
+            derived = await calibration.derive(Retriever(index, embedder), index)
+            await calibration.save(index, embedder, derived.calibration, "book")
             return derived
 
     try:
@@ -300,7 +312,7 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
 
 def _report(args: argparse.Namespace, settings: Settings) -> int:
     from server import embedded_db, report, report_views
-    from server.embeddings import Embedder, create_embedder
+    from server.embeddings import create_embedder
     from server.index import IndexLocked
     from server.report import period_days as report_period
     from server.retrieval import Retriever
@@ -361,7 +373,6 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     from server import calibration, evaluate
     from server.index import IndexLocked
     from server.retrieval import Retriever
-    from server.services import open_services
 
     if args.save and not args.calibrate:
         raise UsageError("--save keeps the calibration --calibrate derives: give both")
@@ -371,19 +382,15 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(str(exc)) from None
 
     async def run() -> tuple[list[evaluate.Outcome], Retriever]:
-        async with open_services(settings.replace(database_url=None, redis_url=None), retrieval=True) as services:
-            assert services.index is not None and services.embedder is not None
-            if not await services.index.exists():
-                raise UsageError(f"no index at {settings.qdrant_url or settings.qdrant_path}: run ingest first")
-            kept = await calibration.stored(services.index, services.embedder)
-            retriever = Retriever(services.index, services.embedder, kept)
+        async with _built_index(settings) as (index, embedder):
+            retriever = Retriever(index, embedder, await calibration.stored(index, embedder))
             outcomes = await evaluate.run(retriever, questions, module_aware=args.module_aware)
             if args.save:
                 try:
                     derived = evaluate.calibrate(outcomes)
                 except ValueError as exc:
                     raise UsageError(f"cannot calibrate: {exc}") from None
-                await calibration.save(services.index, services.embedder, derived, "questions")
+                await calibration.save(index, embedder, derived, "questions")
                 print(f"saved with the index: {calibration.points(derived)} (serve uses it after a restart)")
             return outcomes, retriever
 
