@@ -145,20 +145,12 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 async def stored(index: VectorIndex, embedder: Embedder) -> Calibration | None:
     """The calibration kept with the index for this embedder, or None (none stored, or the index is away)."""
-    try:
-        kept = (await index.read_metadata()).get("calibration")
-    except RetrievalUnavailable:
-        return None
-    return _parse(kept, embedder)
+    return _parse(await _kept(index), embedder)
 
 
 async def source(index: VectorIndex) -> Source | None:
-    try:
-        kept = (await index.read_metadata()).get("calibration")
-    except RetrievalUnavailable:
-        return None
-    value = kept.get("source") if isinstance(kept, Mapping) else None
-    return value if value in ("book", "questions") else None
+    """Where the kept calibration came from: the book (ingest, ``calibrate``) or an operator's questions."""
+    return _source(await _kept(index))
 
 
 async def save(index: VectorIndex, embedder: Embedder, calibration: Calibration, source: Source) -> None:
@@ -176,8 +168,9 @@ async def save(index: VectorIndex, embedder: Embedder, calibration: Calibration,
 async def after_ingest(retriever: Retriever, index: VectorIndex, *, book_changed: bool) -> Calibration:
     """Re-derive after an ingest that changed the book (or when none is stored); an operator's own calibration
     (``eval --calibrate --save``) is kept. Returns the calibration now in force for the index."""
-    kept = await stored(index, retriever.embedder)
-    if kept is not None and await source(index) == "questions":
+    record = await _kept(index)
+    kept = _parse(record, retriever.embedder)
+    if kept is not None and _source(record) == "questions":
         log.info("kept the calibration derived from your questions; `calibrate` derives one from the book again")
         return kept
     if kept is not None and not book_changed:
@@ -218,6 +211,19 @@ async def _sections(index: VectorIndex) -> list[tuple[str, str]]:
     ordered = sorted((await index.section_headings()).items())
     step = max(1, -(-len(ordered) // MAX_SECTIONS))  # ceiling: at most MAX_SECTIONS
     return ordered[::step]
+
+
+async def _kept(index: VectorIndex) -> Any:
+    """The calibration record in the index's metadata, as stored (None when absent or the index is away)."""
+    try:
+        return (await index.read_metadata()).get("calibration")
+    except RetrievalUnavailable:
+        return None
+
+
+def _source(kept: Any) -> Source | None:
+    value = kept.get("source") if isinstance(kept, Mapping) else None
+    return value if value in ("book", "questions") else None
 
 
 def _parse(kept: Any, embedder: Embedder) -> Calibration | None:
