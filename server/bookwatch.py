@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 _PAGES = ("*.md", "*.mdx", "_category_.json", "_category_.yml", "_category_.yaml")
 
 
-def fingerprint(book: Path) -> tuple[tuple[str, int, int], ...]:
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+def fingerprint(book: Path) -> Fingerprint:
     """(path, size, mtime in ns) of every page and category file under ``book``: what a change shows in."""
     found = []
     for pattern in _PAGES:
@@ -54,12 +57,15 @@ class BookWatcher:
         self._base_url = base_url
         self._lock = asyncio.Lock()
         self._seen = fingerprint(book)
-        self.ingests = 0  # completed re-ingests (tests and logs)
 
-    async def reingest(self, reason: str) -> ingest.IngestReport | None:
-        """Bring the index in line with the book now; None when it failed (logged; the old index keeps serving)."""
+    async def reingest(self, reason: str, seen: Fingerprint | None = None) -> ingest.IngestReport | None:
+        """Bring the index in line with the book now; None when it failed (logged; the old index keeps serving).
+
+        ``seen``: the book's fingerprint already taken by the caller, as the book is before this ingest reads it.
+        """
         async with self._lock:
-            seen = fingerprint(self._book)
+            if seen is None:
+                seen = await asyncio.to_thread(fingerprint, self._book)
             try:
                 report = await ingest.run(
                     self._book, self._index, self._embedder, base_url=self._base_url, background=True
@@ -72,7 +78,6 @@ class BookWatcher:
                 log.warning("re-ingest after %s failed (%s); the index keeps the book as it was", reason, exc)
                 return None
             self._seen = seen
-            self.ingests += 1
             log.info("book re-ingested after %s: %s", reason, report.summary())
             return report
 
@@ -81,7 +86,7 @@ class BookWatcher:
             await asyncio.sleep(every_s)
             now = await asyncio.to_thread(fingerprint, self._book)
             if now != self._seen and not self._lock.locked():
-                await self.reingest("a change in the book")
+                await self.reingest("a change in the book", now)
 
     @asynccontextmanager
     async def running(self, every_s: float) -> AsyncIterator[BookWatcher]:
@@ -104,8 +109,9 @@ class BookWatcher:
         finally:
             if hangup:
                 loop.remove_signal_handler(signal.SIGHUP)
-            for task in [*tasks, *([watcher] if watcher else [])]:
+            running = [*tasks, *([watcher] if watcher else [])]
+            for task in running:
                 task.cancel()
-            for task in [*tasks, *([watcher] if watcher else [])]:
+            for task in running:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
