@@ -340,7 +340,8 @@ async def _own_session(request: Request, store: Store, who: Caller) -> uuid.UUID
 
 def _message_json(message: MessageRow, chat: ChatService | None) -> dict[str, Any]:
     # An answer still being written gets its stream: a reader who reloaded mid-answer follows it from the start.
-    live = chat is not None and message.role == "assistant" and message.status == "streaming"
+    live = message.role == "assistant" and message.status == "streaming"
+    stream_url = chat.capabilities.stream_url(str(message.id)) if live and chat is not None else None
     return {
         "id": str(message.id),
         "role": message.role,
@@ -353,7 +354,7 @@ def _message_json(message: MessageRow, chat: ChatService | None) -> dict[str, An
         "feedback": message.feedback,
         "created_at": message.created_at.isoformat(),
         "citations": [_citation_json(c) for c in message.citations],
-        "stream_url": chat.capabilities.stream_url(str(message.id)) if live and chat is not None else None,
+        "stream_url": stream_url,
     }
 
 

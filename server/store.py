@@ -502,13 +502,12 @@ class Store:
         Otherwise (start-up, or after a failure) the database may be away: give up within ``limit``, unless
         another query got through meanwhile (a burst that came before the first answer), then queue as well.
         """
-        if self._working:
-            return await stack.enter_async_context(self._pool.connection())
-        try:
-            return await stack.enter_async_context(self._pool.connection(timeout=limit))
-        except PoolTimeout:
-            if not self._working:
-                raise
+        if not self._working:
+            try:
+                return await stack.enter_async_context(self._pool.connection(timeout=limit))
+            except PoolTimeout:
+                if not self._working:
+                    raise
         return await stack.enter_async_context(self._pool.connection())
 
     def _trip(self, exc: BaseException) -> NoReturn:
