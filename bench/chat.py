@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +159,18 @@ class ServerProcess:
             if line.startswith("Max open files"):
                 return " / ".join(line.split()[3:5])
         return "?"
+
+
+Measure = Callable[[argparse.Namespace, Path], Coroutine[Any, Any, list[Figure]]]
+
+
+def run_in_data_dir(measure: Measure, args: argparse.Namespace, prefix: str) -> list[Figure]:
+    """``measure(args, data_dir)`` on uvloop, in ``args.data_dir`` or else a scratch folder removed afterwards."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        if args.data_dir is not None:
+            return runner.run(measure(args, args.data_dir))
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            return runner.run(measure(args, Path(tmp)))
 
 
 def free_port() -> int:
@@ -558,12 +570,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None, help="record the server with py-spy (collapsed stacks)")
     args = parser.parse_args()
     started = time.monotonic()
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        if args.data_dir is None:
-            with tempfile.TemporaryDirectory(prefix="bench-chat-") as tmp:
-                figures = runner.run(measure(args, Path(tmp)))
-        else:
-            figures = runner.run(measure(args, args.data_dir))
+    figures = run_in_data_dir(measure, args, "bench-chat-")
     print()
     print(table(figures))
     print(f"\n(one worker, uvloop; {os.cpu_count()} cores shared with the clients; {time.monotonic() - started:.0f} s)")

@@ -20,14 +20,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import resource
-import tempfile
 import time
 from pathlib import Path
 
-import uvloop
-
-from bench.chat import ServerProcess, free_port, post_stream, running, scratch_database, serve_argv, server_env
+from bench.chat import (
+    ServerProcess,
+    free_port,
+    post_stream,
+    run_in_data_dir,
+    running,
+    scratch_database,
+    serve_argv,
+    server_env,
+)
 from bench.figures import Figure, table, write
 from bench.streams import close_all, open_readers, post_message, raise_open_file_limit
 from server import ingest
@@ -132,15 +139,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.streams, args.soak_minutes = 500, 1.0
+    logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)  # the fake model's stalled requests, cut at exit
     raise_open_file_limit()
     if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < args.streams + 200:
         parser.error("ulimit -n is too low for that many streams")
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        if args.data_dir is None:
-            with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-                figures = runner.run(measure(args, Path(tmp)))
-        else:
-            figures = runner.run(measure(args, args.data_dir))
+    figures = run_in_data_dir(measure, args, "bench-memory-")
     print(table(figures))
     write(figures, args.json)
 

@@ -18,18 +18,16 @@ import logging
 import os
 import resource
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
-
-import uvloop
 
 from bench.chat import (
     QUESTIONS,
     ServerProcess,
     demo_index,
     free_port,
+    run_in_data_dir,
     running,
     scratch_database,
     serve_argv,
@@ -222,12 +220,7 @@ def main() -> None:
     if limit[0] < args.idle + 200:
         parser.error(f"ulimit -n is {limit[0]}: too low for {args.idle} streams")
     started = time.monotonic()
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        if args.data_dir is None:
-            with tempfile.TemporaryDirectory(prefix="bench-streams-") as tmp:
-                figures = runner.run(measure(args, Path(tmp)))
-        else:
-            figures = runner.run(measure(args, args.data_dir))
+    figures = run_in_data_dir(measure, args, "bench-streams-")
     print()
     print(table(figures))
     print(f"\n({time.monotonic() - started:.0f} s)")
