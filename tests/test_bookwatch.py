@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -47,10 +48,10 @@ async def _cites_the_new_page(client: httpx.AsyncClient) -> bool:
     return any("flibbertigibbet" in source["url"] for source in sources["sources"])
 
 
-async def _until(condition: object, timeout_s: float) -> bool:
+async def _until(condition: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if await condition():  # type: ignore[operator]
+        if await condition():
             return True
         await asyncio.sleep(0.3)
     return False
