@@ -1,36 +1,49 @@
-// A Docusaurus 3 plugin: the Textbook Chat panel on every page, in one line of docusaurus.config:
+// The Docusaurus 3 plugin: the Textbook Chat panel on every page of a site, in one line of docusaurus.config:
 //
-//   plugins: [[require.resolve("./textbook-chat/docusaurus"), { apiBase: "https://chat.example.org" }]],
+//   plugins: [["textbook-chat-panel/docusaurus", { apiBase: "https://chat.example.org" }]],
 //
-// It provides the theme's Root (mounted once, kept across client-side navigation, so the panel and a live
-// answer survive moving between pages) and compiles the panel's TypeScript sources with the site's own
-// bundler, so nothing is copied into the site. Options: apiBase (the chat server; "" when it serves the
-// site), title. Citation links navigate inside the single-page app (the site's router), not by reloading.
+// after `npm install` of this package (the tarball `npm pack` makes, or its folder once `npm run build:lib`
+// has run). It provides the theme's Root, mounted once and kept across client-side navigation, so the panel
+// and a live answer survive moving between pages. The panel is the package's built library (lib/), with React
+// taken from the site. Options: apiBase (the chat server's URL; "" when it serves the site too) and title.
+// Citation links navigate through the site's router; colours follow the site's mode and primary colour.
 const path = require("node:path");
 
-const SOURCES = path.resolve(__dirname, "..", "src");
+const PLUGIN_NAME = "docusaurus-plugin-textbook-chat";
 
-module.exports = function textbookChat(context, options = {}) {
+function textbookChat(context, options) {
   return {
-    name: "docusaurus-plugin-textbook-chat",
+    name: PLUGIN_NAME,
     getThemePath() {
       return path.resolve(__dirname, "theme");
     },
     contentLoaded({ actions }) {
-      actions.setGlobalData({ apiBase: String(options.apiBase ?? ""), title: options.title ?? null });
+      actions.setGlobalData({ apiBase: options.apiBase, title: options.title ?? null });
     },
     configureWebpack() {
-      // The panel's sources live outside the site: the site's loaders compile them, the theme's Root imports
-      // them by this alias, and React resolves to the site's own copy (two Reacts break hooks).
+      // Installed from a folder, the package is a symlink whose own node_modules hold a React for its tests:
+      // every import of React must land on the site's copy, or hooks break.
       const fromSite = (name) => path.dirname(require.resolve(`${name}/package.json`, { paths: [context.siteDir] }));
-      return { resolve: { alias: { "@textbook-chat": SOURCES, react: fromSite("react"), "react-dom": fromSite("react-dom") } } };
+      return { resolve: { alias: { react: fromSite("react"), "react-dom": fromSite("react-dom") } } };
     },
   };
-};
+}
 
-module.exports.validateOptions = ({ options }) => {
-  if (options.apiBase !== undefined && typeof options.apiBase !== "string") {
-    throw new Error("docusaurus-plugin-textbook-chat: apiBase must be a string (the chat server's URL)");
+function validateOptions({ options }) {
+  const { apiBase = "", title } = options;
+  if (typeof apiBase !== "string") {
+    throw new Error(`${PLUGIN_NAME}: apiBase must be a string (the chat server's URL, "" for the same origin)`);
   }
-  return { id: "default", ...options }; // Docusaurus namespaces a plugin's data by its id
-};
+  if (title !== undefined && typeof title !== "string") {
+    throw new Error(`${PLUGIN_NAME}: title must be a string`);
+  }
+  const unknown = Object.keys(options).filter((key) => !["id", "apiBase", "title"].includes(key));
+  if (unknown.length > 0) {
+    throw new Error(`${PLUGIN_NAME}: unknown option(s) ${unknown.join(", ")}; the options are apiBase and title`);
+  }
+  return { id: "default", ...options, apiBase: apiBase.replace(/\/+$/, "") }; // Docusaurus keys plugin data by id
+}
+
+module.exports = textbookChat;
+module.exports.default = textbookChat;
+module.exports.validateOptions = validateOptions;

@@ -1,23 +1,21 @@
-// The theme's Root with the chat panel beside the page. Rendered in the browser only (the panel uses
-// window, storage and selection); navigation goes through the site's router.
-import React from "react";
-import BrowserOnly from "@docusaurus/BrowserOnly";
-import { useHistory } from "@docusaurus/router";
-import { usePluginData } from "@docusaurus/useGlobalData";
+// The theme's Root with the chat panel beside the page. The panel renders in the browser only (it uses
+// window, storage and the selection); same-site links in answers navigate through the site's router.
+// CommonJS, as docusaurus/package.json says: the site's bundler compiles it as such.
+const React = require("react");
+const BrowserOnly = require("@docusaurus/BrowserOnly").default;
+const { useHistory } = require("@docusaurus/router");
+const { usePluginData } = require("@docusaurus/useGlobalData");
+require("textbook-chat-panel/style.css");
 
 function Panel() {
-  const { ChatPanel } = require("@textbook-chat/ChatPanel");
-  require("@textbook-chat/panel.css");
+  const { ChatPanel } = require("textbook-chat-panel"); // only ever in the browser (BrowserOnly)
   const { apiBase, title } = usePluginData("docusaurus-plugin-textbook-chat");
   const history = useHistory();
-  return React.createElement(ChatPanel, {
-    apiBase,
-    ...(title ? { title } : {}),
-    navigate: (to) => history.push(to),
-  });
+  const navigate = React.useCallback((to) => history.push(to), [history]);
+  return React.createElement(ChatPanel, { apiBase, ...(title ? { title } : {}), navigate });
 }
 
-export default function Root({ children }) {
+function Root({ children }) {
   return React.createElement(
     React.Fragment,
     null,
@@ -25,3 +23,5 @@ export default function Root({ children }) {
     React.createElement(BrowserOnly, null, () => React.createElement(Panel)),
   );
 }
+
+module.exports = Root;
