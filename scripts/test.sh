@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/setup_docusaurus_site.sh
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/data/tiktoken}"
 .venv/bin/ruff format --check server tests migrations scripts bench
 .venv/bin/ruff check server tests migrations scripts bench

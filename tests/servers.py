@@ -27,11 +27,17 @@ class _Server(uvicorn.Server):
 
 
 @asynccontextmanager
-async def serving(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve ``app`` until the block ends; yields its base URL."""
+async def serving(app: ASGIApp, port: int = 0) -> AsyncIterator[str]:
+    """Serve ``app`` until the block ends (on ``port``, or any free one); yields its base URL."""
     # proxy_headers=False as in `serve`: client addresses come from TRUSTED_PROXIES, not from uvicorn.
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_config=None, lifespan="on", timeout_graceful_shutdown=2, proxy_headers=False
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+        proxy_headers=False,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve())

@@ -20,17 +20,22 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
 from server.app import create_app
 from server.settings import Settings
 from tests.conftest import DEMO_BOOK, ROOT, demo_env
 from tests.fake_openai import FakeOpenAI, ok
-from tests.servers import serving
+from tests.servers import free_port, serving
 
 E2E = ROOT / "tests" / "e2e"
 OUTPUT = ROOT / "test-output" / "e2e"
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 FRONTEND = ROOT / "frontend"
+DOCUSAURUS_SITE = ROOT / "tests" / "docusaurus_site"
+DOCUSAURUS_BUILD_TIMEOUT_S = 300
 SCENARIO_TIMEOUT_S = 90
 PAGE_JS_BUDGET_GZIP = 200 * 1024
 ANSWER = (
@@ -78,7 +83,7 @@ async def book_server(env: dict[str, str], *, ingest: bool = True) -> AsyncItera
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    values = {**env, "BOOK_BASE_URL": base_url, "ALLOWED_ORIGINS": base_url}
+    values = {"BOOK_BASE_URL": base_url, "ALLOWED_ORIGINS": base_url, **env}  # a site elsewhere can say its own
     settings = Settings.from_env({**values, "BOOK_PATH": str(DEMO_BOOK)} if ingest else values)
     config = uvicorn.Config(create_app(settings), log_config=None, lifespan="on", timeout_graceful_shutdown=2)
     server = _Server(config)
@@ -123,20 +128,25 @@ def stack(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Stack:
     return start
 
 
-async def run_scenario(name: str, base_url: str) -> dict[str, Any]:
-    """Run ``tests/e2e/{name}.mjs`` in node against ``base_url``; its last stdout line is a JSON report."""
-    env = {**os.environ, "E2E_BASE_URL": base_url, "E2E_OUTPUT_DIR": str(OUTPUT), "CHROMIUM": str(CHROMIUM)}
+async def _run(*command: str, cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str, str]:
+    """Run ``command`` to its end (killed after ``timeout_s``); its exit code, stdout and stderr."""
     process = await asyncio.create_subprocess_exec(
-        "node", str(E2E / f"{name}.mjs"), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *command, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), SCENARIO_TIMEOUT_S)
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_s)
     except TimeoutError:
         process.kill()
         await process.wait()
         raise
-    out, err = stdout.decode(), stderr.decode()
-    assert process.returncode == 0, f"{name}.mjs failed (screenshots in {OUTPUT}):\n{err}\n{out}"
+    return process.returncode or 0, stdout.decode(), stderr.decode()
+
+
+async def run_scenario(name: str, base_url: str) -> dict[str, Any]:
+    """Run ``tests/e2e/{name}.mjs`` in node against ``base_url``; its last stdout line is a JSON report."""
+    env = {**os.environ, "E2E_BASE_URL": base_url, "E2E_OUTPUT_DIR": str(OUTPUT), "CHROMIUM": str(CHROMIUM)}
+    code, out, err = await _run("node", str(E2E / f"{name}.mjs"), cwd=ROOT, env=env, timeout_s=SCENARIO_TIMEOUT_S)
+    assert code == 0, f"{name}.mjs failed (screenshots in {OUTPUT}):\n{err}\n{out}"
     report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return report
 
@@ -250,3 +260,52 @@ async def test_on_a_phone_the_panel_fills_the_screen_and_its_menu_fits(stack: St
     async with stack() as (base_url, _):
         report = await run_scenario("phone", base_url)
     assert report["panel"]["width"] == 390
+
+
+async def test_on_a_docusaurus_site_the_plugin_puts_the_panel_on_every_page_and_the_reader_keeps_their_place(
+    stack: Stack, clean_db: str, tmp_path: Path
+) -> None:
+    """The documented install on a real Docusaurus 3 site: ``npm pack`` the panel, ``npm install`` the tarball
+    into the site, one plugin line (tests/docusaurus_site/docusaurus.config.js), build, serve beside the server."""
+    if not (DOCUSAURUS_SITE / "node_modules" / "@docusaurus" / "core").is_dir():
+        pytest.fail("the Docusaurus site's packages are missing: scripts/test.sh runs scripts/setup_docusaurus_site.sh")
+    env = {**os.environ, "npm_config_loglevel": "error", "npm_config_update_notifier": "false"}
+    code, out, err = await _run(
+        "npm", "pack", "--pack-destination", str(tmp_path), cwd=FRONTEND, env=env, timeout_s=120
+    )
+    assert code == 0, f"npm pack failed:\n{err}\n{out}"
+    [tarball] = tmp_path.glob("textbook-chat-panel-*.tgz")
+    code, out, err = await _run(
+        "npm",
+        "install",
+        "--no-save",
+        "--no-audit",
+        "--no-fund",
+        str(tarball),
+        cwd=DOCUSAURUS_SITE,
+        env=env,
+        timeout_s=120,
+    )
+    assert code == 0, f"npm install of the panel's tarball failed:\n{err}\n{out}"
+
+    site_port = free_port()
+    site_url = f"http://127.0.0.1:{site_port}"
+    long_answer = "The Zero Moment Point keeps the foot flat [1]. " + " ".join(f"word{i}" for i in range(150)) + " [2]."
+    async with stack(BOOK_BASE_URL=site_url, ALLOWED_ORIGINS=site_url, STREAM_GRACE_S="20") as (server_url, fake):
+        build = tmp_path / "build"
+        code, out, err = await _run(
+            "npx", "--no-install", "docusaurus", "build", "--out-dir", str(build),
+            cwd=DOCUSAURUS_SITE,
+            # No webpack cache: it takes a package in node_modules to be unchanged while its version is.
+            env={**env, "CHAT_API_BASE": server_url, "SITE_URL": site_url, "DOCUSAURUS_NO_PERSISTENT_CACHE": "1"},
+            timeout_s=DOCUSAURUS_BUILD_TIMEOUT_S,
+        )  # fmt: skip
+        assert code == 0, f"docusaurus build failed:\n{err[-4000:]}\n{out[-4000:]}"
+        fake.default = ok(long_answer, token_delay_s=0.03)  # 4.5 s: long enough to scroll, click and reload in
+        site = Starlette(routes=[Mount("/", StaticFiles(directory=build, html=True))])
+        async with serving(site, port=site_port):
+            report = await run_scenario("docusaurus", site_url)
+    assert report["landed"].startswith(f"{site_url}/docs/")
+    # Two questions reached the model: the reload followed its answer instead of asking again, and the
+    # 300-character word matched nothing in the book, so it was declined without one.
+    assert len(fake.requests) == 2
