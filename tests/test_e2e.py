@@ -262,6 +262,18 @@ async def test_on_a_phone_the_panel_fills_the_screen_and_its_menu_fits(stack: St
     assert report["panel"]["width"] == 390
 
 
+async def test_an_answer_reads_well_copies_with_its_sources_and_opens_previews_on_touch(stack: Stack) -> None:
+    answer = (
+        "The Zero Moment Point must stay inside the support polygon [1]. A controller checks it every cycle [2]:\n\n"
+        "```python\ndef zmp_inside(support, zmp):\n    return support.contains(zmp)\n```\n"
+    )
+    async with stack() as (base_url, fake):
+        fake.default = ok(answer, token_delay_s=0.005)
+        report = await run_scenario("reading", base_url)
+    assert report["copiedAnswer"].startswith("The Zero Moment Point must stay inside")
+    assert f"{base_url}/docs/" in report["copiedAnswer"]
+
+
 async def test_on_a_docusaurus_site_the_plugin_puts_the_panel_on_every_page_and_the_reader_keeps_their_place(
     stack: Stack, clean_db: str, tmp_path: Path
 ) -> None:

@@ -1,6 +1,9 @@
 /** One assistant answer: its notices, the streamed Markdown with citation links, the sources, feedback, retry. */
 import { useState, type ReactNode } from "react";
 import { splitSources } from "./citations";
+import { confidenceCue } from "./confidence";
+import { CopyButton } from "./CopyButton";
+import { answerAsText } from "./copyText";
 import { ThumbIcon } from "./icons";
 import { Markdown } from "./markdown";
 import type { Notice, Source } from "./protocol";
@@ -77,6 +80,17 @@ export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles, n
           )}
         </div>
       )}
+      {message.status === "done" && (
+        <div className="tc-answer-footer">
+          <ConfidenceMeter message={message} />
+          {message.text.trim() && (
+            <CopyButton
+              what="answer"
+              text={() => answerAsText(message.text, declined ? [] : cited, (s) => sourceLabel(s, moduleTitles))}
+            />
+          )}
+        </div>
+      )}
       {canRate(message) && (
         <div className="tc-feedback" role="group" aria-label="Was this answer helpful?">
           <button
@@ -144,6 +158,23 @@ function DownComment({ onSend }: { onSend: (text: string) => void }): ReactNode 
   );
 }
 
+/** How well the book supports the answer, in words and a three-step meter (src/confidence.ts). */
+function ConfidenceMeter({ message }: { message: AnswerMessage }): ReactNode {
+  const cue = confidenceCue(message.confidenceLevel, message.finishReason);
+  if (!cue) return null;
+  return (
+    <p className={`tc-confidence tc-confidence--${cue.level}`} title={cue.detail} data-level={cue.level}>
+      <span className="tc-meter" aria-hidden="true">
+        {[1, 2, 3].map((step) => (
+          <span key={step} className={step <= cue.steps ? "tc-meter-on" : undefined} />
+        ))}
+      </span>
+      <span>{cue.label}</span>
+      <span className="tc-visually-hidden">. {cue.detail}</span>
+    </p>
+  );
+}
+
 function NoticeBanner({ notice }: { notice: Notice }): ReactNode {
   const title = NOTICE_TITLES[notice.code] ?? "Note";
   return (
@@ -164,19 +195,32 @@ function Sources({
   titles: Map<string, string>;
   muted?: boolean;
 }): ReactNode {
+  // The excerpt shows on hover where there is a mouse; on a touch screen the "Preview" toggle opens it in place.
+  const [previewing, setPreviewing] = useState<number | null>(null);
   return (
     <section className={muted ? "tc-sources tc-sources--related" : "tc-sources"} aria-label={heading}>
       <h4>{heading}</h4>
       <ol>
         {sources.map((s) => (
-          <li key={s.n} value={s.n}>
+          <li key={s.n} value={s.n} className={previewing === s.n ? "tc-previewing" : undefined}>
             <a href={s.url} className="tc-source" data-n={s.n} target="_top">
               {sourceLabel(s, titles)}
             </a>
             {s.excerpt && (
-              <span className="tc-excerpt" role="tooltip">
-                {s.excerpt}
-              </span>
+              <>
+                <button
+                  type="button"
+                  className="tc-link tc-preview-toggle"
+                  aria-expanded={previewing === s.n}
+                  aria-controls={`tc-excerpt-${s.n}`}
+                  onClick={() => setPreviewing(previewing === s.n ? null : s.n)}
+                >
+                  {previewing === s.n ? "Hide preview" : "Preview"}
+                </button>
+                <span className="tc-excerpt" id={`tc-excerpt-${s.n}`} role="tooltip">
+                  {s.excerpt}
+                </span>
+              </>
             )}
           </li>
         ))}

@@ -6,12 +6,14 @@ import { useCallback, useEffect, useMemo, useReducer, useRef, useState, type Mou
 import { Answer, untilText } from "./Answer";
 import { ChatIcon } from "./icons";
 import { ApiError, ChatClient, uuid, type Fetch } from "./client";
+import { PastConversations } from "./PastConversations";
 import type { ChatRequest, FaqEntry, ModuleInfo } from "./protocol";
-import { initialState, reducer, type AnswerMessage } from "./reducer";
+import { initialState, reducer, type AnswerMessage, type Session } from "./reducer";
 import { visibleNotices } from "./notices";
 import { inAppPath } from "./navigation";
 import { atBottom } from "./scroll";
 import { loadSession, saveSession } from "./sessionStore";
+import { isOpenShortcut, onMac, SHORTCUT_LABEL } from "./shortcut";
 import { useSelection } from "./useSelection";
 
 export interface ChatPanelProps {
@@ -64,28 +66,57 @@ export function ChatPanel({
   const isInsidePanel = useCallback((node: Node) => Boolean(panelRef.current?.contains(node)), []);
   const [selection, clearSelection] = useSelection(isInsidePanel);
 
-  // History comes back after a reload: the session id and token live in localStorage.
+  // A conversation from the server: after a reload (its id and token live in localStorage), or picked from
+  // a signed-in reader's list. An answer still being written is followed rather than shown stopped.
+  const loadConversation = useCallback(
+    async (session: Session): Promise<void> => {
+      const messages = await client.history(session);
+      dispatch({ type: "history", session, messages });
+      for (const m of messages) {
+        if (m.role === "assistant" && m.status === "streaming" && m.stream_url) {
+          void resume.current(m.id, m.stream_url);
+        }
+      }
+    },
+    [client],
+  );
+
   useEffect(() => {
     if (loaded.current) return;
     loaded.current = true;
     const session = loadSession();
     if (!session) return;
-    client
-      .history(session)
-      .then((messages) => {
-        dispatch({ type: "history", session, messages });
-        // An answer still being written when the page reloaded: follow it rather than show it stopped.
-        for (const m of messages) {
-          if (m.role === "assistant" && m.status === "streaming" && m.stream_url) {
-            void resume.current(m.id, m.stream_url);
-          }
-        }
-      })
-      .catch((error: unknown) => {
-        if (error instanceof ApiError && error.status === 404) saveSession(null); // purged or deleted
-        else setPanelNotice({ code: "history_unavailable", message: "Your earlier conversation could not be loaded." });
-      });
-  }, [client]);
+    loadConversation(session).catch((error: unknown) => {
+      if (error instanceof ApiError && error.status === 404) saveSession(null); // purged or deleted
+      else setPanelNotice({ code: "history_unavailable", message: "Your earlier conversation could not be loaded." });
+    });
+  }, [loadConversation]);
+
+  // Ctrl+I (⌘I on a Mac) opens the panel from anywhere on the page, or brings focus back to its question field.
+  const mac = useMemo(onMac, []);
+  useEffect(() => {
+    const onKey = (event: KeyboardEvent): void => {
+      if (!isOpenShortcut(event, mac)) return;
+      event.preventDefault();
+      setOpen(true);
+      inputRef.current?.focus();
+    };
+    window.addEventListener("keydown", onKey);
+    return () => window.removeEventListener("keydown", onKey);
+  }, [mac]);
+
+  // A signed-in reader's past conversations (GET /api/sessions), listed in place of the current one.
+  const signedIn = Boolean(authToken?.());
+  const [listing, setListing] = useState(false);
+  const openPast = (session: Session): void => {
+    loadConversation(session).then(
+      () => {
+        setListing(false);
+        setPanelNotice(null);
+      },
+      () => setPanelNotice({ code: "history_unavailable", message: "That conversation could not be loaded." }),
+    );
+  };
 
   useEffect(() => saveSession(state.session), [state.session]);
 
@@ -192,7 +223,7 @@ export function ChatPanel({
     const request: ChatRequest = { question: text, page_url: window.location.href, client_request_id: uuid() };
     if (state.session) {
       request.session_id = state.session.id;
-      request.session_token = state.session.token;
+      if (state.session.token) request.session_token = state.session.token; // none for a list-opened one
     }
     if (module) request.module = module;
     if (quote) request.selected_text = quote;
@@ -209,7 +240,7 @@ export function ChatPanel({
     const request = { ...message.request, client_request_id: uuid() };
     if (state.session && !request.session_id) {
       request.session_id = state.session.id;
-      request.session_token = state.session.token;
+      if (state.session.token) request.session_token = state.session.token;
     }
     dispatch({ type: "retry", key: message.key });
     void run(message.key, request);
@@ -226,6 +257,7 @@ export function ChatPanel({
 
   const newChat = (): void => {
     if (streaming) return;
+    setListing(false);
     dispatch({ type: "new_chat" });
     setPanelNotice(null);
     inputRef.current?.focus();
@@ -295,6 +327,8 @@ export function ChatPanel({
         className="tc-launcher"
         aria-expanded={open}
         aria-controls="tc-panel"
+        aria-keyshortcuts={mac ? "Meta+I" : "Control+I"}
+        title={open ? undefined : `${title} (${SHORTCUT_LABEL(mac)})`}
         onClick={() => (open ? close() : setOpen(true))}
       >
         <ChatIcon /> {open ? "Close chat" : title}
@@ -313,6 +347,17 @@ export function ChatPanel({
         <header className="tc-header">
           <h2>{title}</h2>
           <div className="tc-actions">
+            {signedIn && (
+              <button
+                type="button"
+                className="tc-button tc-small"
+                aria-pressed={listing}
+                onClick={() => setListing(!listing)}
+                disabled={Boolean(streaming)}
+              >
+                Conversations
+              </button>
+            )}
             <button type="button" className="tc-button tc-small" onClick={newChat} disabled={Boolean(streaming)}>
               New chat
             </button>
@@ -365,7 +410,15 @@ export function ChatPanel({
           onScroll={onLogScroll}
           onClick={followInApp}
         >
-          {state.messages.length === 0 && (
+          {listing && (
+            <PastConversations
+              client={client}
+              current={state.session?.id ?? null}
+              onOpen={(id) => openPast({ id, token: state.session?.id === id ? state.session.token : "" })}
+              onClose={() => setListing(false)}
+            />
+          )}
+          {!listing && state.messages.length === 0 && (
             <div className="tc-empty">
               <p>Ask a question about the book. Answers cite the sections they come from.</p>
               {faq.length > 0 && (
@@ -384,7 +437,8 @@ export function ChatPanel({
               )}
             </div>
           )}
-          {state.messages.map((m) =>
+          {!listing &&
+            state.messages.map((m) =>
             m.role === "user" ? (
               <div key={m.key} className="tc-question">
                 {m.selectedText && <blockquote className="tc-quote">{m.selectedText}</blockquote>}

@@ -10,6 +10,7 @@ import {
   type FaqEntry,
   type HistoryMessage,
   type ModuleInfo,
+  type SessionSummary,
 } from "./protocol";
 import type { Failure, Session } from "./reducer";
 
@@ -139,7 +140,7 @@ export class ChatClient {
 
   async history(session: Session): Promise<HistoryMessage[]> {
     const response = await this.request(`/api/sessions/${encodeURIComponent(session.id)}/messages?limit=200`, {
-      headers: { "X-Session-Token": session.token },
+      headers: sessionHeaders(session),
     });
     const body = (await this.json(response)) as { messages: HistoryMessage[] };
     return body.messages;
@@ -148,7 +149,7 @@ export class ChatClient {
   async deleteSession(session: Session): Promise<void> {
     const response = await this.request(`/api/sessions/${encodeURIComponent(session.id)}`, {
       method: "DELETE",
-      headers: { "X-Session-Token": session.token },
+      headers: sessionHeaders(session),
     });
     if (!response.ok && response.status !== 404) await this.json(response);
   }
@@ -157,9 +158,15 @@ export class ChatClient {
     const response = await this.request(`/api/messages/${encodeURIComponent(messageId)}/feedback`, {
       method: "POST",
       json: comment ? { rating, comment } : { rating },
-      headers: session ? { "X-Session-Token": session.token } : {},
+      headers: sessionHeaders(session),
     });
     await this.json(response);
+  }
+
+  /** A signed-in reader's conversations, newest first (401 when nobody is signed in). */
+  async sessions(limit = 50): Promise<SessionSummary[]> {
+    const body = (await this.json(await this.request(`/api/sessions?limit=${limit}`))) as { sessions: SessionSummary[] };
+    return body.sessions;
   }
 
   async modules(): Promise<ModuleInfo[]> {
@@ -195,6 +202,14 @@ export class ChatClient {
     }
     return response.json();
   }
+}
+
+/**
+ * The header that proves a session is the caller's: its token. A signed-in reader's past conversation,
+ * opened from the list, has none in this browser: the bearer token proves it instead.
+ */
+function sessionHeaders(session: Session | null): Record<string, string> {
+  return session?.token ? { "X-Session-Token": session.token } : {};
 }
 
 /** A failed HTTP answer as the panel shows it; 429 carries when the next question is allowed. */

@@ -4,6 +4,7 @@
  * It tolerates the half-finished Markdown of a stream in progress (an unclosed fence is still code).
  */
 import type { ReactNode } from "react";
+import { CodeBlock } from "./CodeBlock";
 
 export interface CitationTarget {
   n: number;
@@ -91,11 +92,7 @@ export function Markdown({ text, citations }: { text: string; citations: Citatio
 function renderBlock(block: Block, key: number, byN: Map<number, CitationTarget>): ReactNode {
   switch (block.kind) {
     case "code":
-      return (
-        <pre key={key} className="tc-code" data-lang={block.lang || undefined}>
-          <code>{block.text}</code>
-        </pre>
-      );
+      return <CodeBlock key={key} lang={block.lang} code={block.text} />;
     case "heading": {
       const Tag = `h${Math.min(block.level + 2, 6)}` as "h3";
       return <Tag key={key}>{inline(block.text, byN)}</Tag>;

@@ -102,6 +102,15 @@ export interface HistoryCitation {
   excerpt: string;
 }
 
+/** One of a signed-in reader's conversations (GET /api/sessions), newest activity first. */
+export interface SessionSummary {
+  id: string;
+  title: string | null;
+  message_count: number;
+  created_at: string;
+  last_activity_at: string;
+}
+
 export interface HistoryMessage {
   id: string;
   role: "user" | "assistant";

@@ -185,3 +185,30 @@ describe("ChatClient.stop", () => {
     expect(await new ChatClient({ apiBase: "", fetch }).stop("/api/chat/messages/m1/stream?cap=abc")).toBe(false);
   });
 });
+
+describe("ChatClient conversations", () => {
+  const json = (value: unknown, status = 200) => () =>
+    new Response(JSON.stringify(value), { status, headers: { "Content-Type": "application/json" } });
+
+  it("lists a signed-in reader's conversations with their bearer token", async () => {
+    const listed = [{ id: "s1", title: "ZMP", message_count: 4, created_at: "2026-11-01T10:00:00Z", last_activity_at: "2026-11-02T10:00:00Z" }];
+    const { fetch, calls } = scripted([json({ sessions: listed })]);
+    const client = new ChatClient({ apiBase: "https://chat.example.org", fetch, authToken: () => "jwt" });
+    expect(await client.sessions()).toEqual(listed);
+    expect(calls[0].url).toBe("https://chat.example.org/api/sessions?limit=50");
+    expect(calls[0].headers.Authorization).toBe("Bearer jwt");
+  });
+
+  it("reads a conversation opened from that list by the bearer token alone, with no empty session token", async () => {
+    const { fetch, calls } = scripted([json({ messages: [] }), json({ messages: [] })]);
+    const client = new ChatClient({ apiBase: "", fetch, authToken: () => "jwt" });
+    await client.history({ id: "s1", token: "" });
+    await client.history({ id: "s2", token: "tok" });
+    expect(calls.map((c) => c.headers["X-Session-Token"])).toEqual([undefined, "tok"]);
+  });
+
+  it("says 401 when nobody is signed in", async () => {
+    const { fetch } = scripted([json({ error: { code: "sign_in_required", message: "Sign in." } }, 401)]);
+    await expect(new ChatClient({ apiBase: "", fetch }).sessions()).rejects.toMatchObject({ status: 401 });
+  });
+});

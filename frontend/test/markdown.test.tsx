@@ -1,5 +1,6 @@
 import { renderToStaticMarkup } from "react-dom/server";
 import { describe, expect, it } from "vitest";
+import { prismLanguage } from "../src/CodeBlock";
 import { Markdown, parseBlocks, safeHref } from "../src/markdown";
 
 const cites = [
@@ -24,7 +25,18 @@ describe("Markdown", () => {
 
   it("renders fenced code verbatim, without Markdown or citations inside", () => {
     const out = html("Run:\n\n```python\nx = a[1] * b *c*\n```\n");
-    expect(out).toContain('<pre class="tc-code" data-lang="python"><code>x = a[1] * b *c*</code></pre>');
+    const code = /<pre class="tc-code" data-lang="python"><code>(.*?)<\/code><\/pre>/.exec(out)![1];
+    expect(code.replace(/<[^>]+>/g, "")).toBe("x = a[1] * b *c*");
+    expect(out).not.toContain("tc-cite");
+  });
+
+  it("highlights code in a language Prism knows and offers to copy it", () => {
+    const out = html("```py\n# speed\nif v > 0.5:\n    stop()\n```");
+    expect(out).toContain('<span class="token comment"># speed</span>');
+    expect(out).toContain('<span class="token keyword">if</span>');
+    expect(out).toContain('<span class="token number">0.5</span>');
+    expect(out).toContain('aria-label="Copy code"');
+    expect(out.replace(/<button.*<\/button>/, "").replace(/<[^>]+>/g, "")).toBe("# speed\nif v &gt; 0.5:\n    stop()");
   });
 
   it("renders a fence still open mid-stream as code", () => {
@@ -47,5 +59,13 @@ describe("Markdown", () => {
     expect(safeHref("https://example.org")).toBe(true);
     expect(safeHref("/docs/x#y")).toBe(true);
     expect(safeHref("data:text/html,x")).toBe(false);
+  });
+});
+
+describe("prismLanguage", () => {
+  it("maps the fence names books use to Prism's", () => {
+    expect(["py", "C++", "xml", "urdf", "yml", "python", ""].map(prismLanguage)).toEqual([
+      "python", "cpp", "markup", "markup", "yaml", "python", "",
+    ]);
   });
 });

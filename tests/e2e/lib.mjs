@@ -13,13 +13,17 @@ export const BASE = process.env.E2E_BASE_URL;
 export const OUT = process.env.E2E_OUTPUT_DIR ?? path.join(root, "test-output", "e2e");
 const TIMEOUT = 20_000;
 
-export async function launch({ colorScheme = "light" } = {}) {
+/** A browser with one page; `touch` makes it a 390 px phone (touch events, no hover, mobile viewport). */
+export async function launch({ colorScheme = "light", touch = false } = {}) {
   mkdirSync(OUT, { recursive: true });
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
   });
-  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, colorScheme });
+  const device = touch
+    ? { viewport: { width: 390, height: 844 }, hasTouch: true, isMobile: true }
+    : { viewport: { width: 1280, height: 860 } };
+  const context = await browser.newContext({ ...device, colorScheme });
   context.setDefaultTimeout(TIMEOUT);
   const page = await context.newPage();
   const errors = [];

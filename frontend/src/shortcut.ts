@@ -1,0 +1,16 @@
+/**
+ * The keyboard shortcut that opens the panel from anywhere on the page: Ctrl+I, or ⌘+I on a Mac (the chord
+ * Mintlify's and kapa.ai's assistants use; Ctrl/⌘+K stays with the site's search).
+ */
+type Chord = Pick<KeyboardEvent, "key" | "ctrlKey" | "metaKey" | "altKey" | "shiftKey">;
+
+export const SHORTCUT_LABEL = (mac: boolean): string => (mac ? "⌘I" : "Ctrl+I");
+
+export function isOpenShortcut(event: Chord, mac: boolean): boolean {
+  const command = mac ? event.metaKey && !event.ctrlKey : event.ctrlKey && !event.metaKey;
+  return command && !event.altKey && !event.shiftKey && event.key.toLowerCase() === "i";
+}
+
+export function onMac(): boolean {
+  return typeof navigator !== "undefined" && /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent);
+}
