@@ -248,9 +248,9 @@ def scratch_database() -> Iterator[str]:
 
 async def demo_index(data_dir: Path) -> None:
     """The demo book's embedded index in ``data_dir`` (ingested unless it is already there)."""
-    from server import ingest
-    from server.services import open_services
-    from server.settings import Settings
+    from server.core.settings import Settings
+    from server.index import ingest
+    from server.web.services import open_services
 
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "warning"})
     async with open_services(settings, retrieval=True) as services:

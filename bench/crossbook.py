@@ -19,10 +19,11 @@ import tempfile
 from pathlib import Path
 
 from bench.figures import Figure, table, write
-from server import evaluate, ingest
-from server.retrieval import Retriever
-from server.services import open_services
-from server.settings import Settings
+from server.core.settings import Settings
+from server.index import ingest
+from server.search import evaluate
+from server.search.retrieval import Retriever
+from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK
 
 SETS = {

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from bench import figures
 from bench.figures import Figure
-from server import ingest
-from server.embeddings import Embedder
-from server.services import open_services
-from server.settings import Settings
+from server.core.settings import Settings
+from server.index import ingest
+from server.index.embeddings import Embedder
+from server.web.services import open_services
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_BOOK = ROOT.parent / "shared" / "corpora" / "rizsheik-humanoid-course"

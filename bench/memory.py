@@ -37,9 +37,9 @@ from bench.chat import (
 )
 from bench.figures import Figure, table, write
 from bench.streams import close_all, open_readers, post_message, raise_open_file_limit
-from server import ingest
-from server.services import open_services
-from server.settings import Settings
+from server.core.settings import Settings
+from server.index import ingest
+from server.web.services import open_services
 from tests.conftest import SHARED_BOOK
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import serving

@@ -30,9 +30,9 @@ import uvloop
 
 from bench.chat import free_port, running, serve_argv
 from bench.figures import Figure, table, write
-from server import ingest
-from server.services import open_services
-from server.settings import Settings
+from server.core.settings import Settings
+from server.index import ingest
+from server.web.services import open_services
 from tests.conftest import SHARED_BOOK
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import serving

@@ -22,10 +22,10 @@ import psycopg
 
 from bench import figures
 from bench.figures import Figure
-from server import report
-from server.embeddings import LocalEmbedder
-from server.services import open_services
-from server.settings import Settings
+from server.core.settings import Settings
+from server.index.embeddings import LocalEmbedder
+from server.reports import report
+from server.web.services import open_services
 from tests.conftest import alembic_config, create_database, drop_database
 from tests.report_data import Asked, insert, reader_month
 

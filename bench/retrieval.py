@@ -17,10 +17,11 @@ from pathlib import Path
 
 from bench import figures
 from bench.figures import Figure
-from server import evaluate, ingest
-from server.retrieval import Retriever
-from server.services import open_services
-from server.settings import Settings
+from server.core.settings import Settings
+from server.index import ingest
+from server.search import evaluate
+from server.search.retrieval import Retriever
+from server.web.services import open_services
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_BOOK = ROOT.parent / "shared" / "corpora" / "rizsheik-humanoid-course"

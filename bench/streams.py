@@ -34,7 +34,7 @@ from bench.chat import (
     server_env,
 )
 from bench.figures import Figure, table, write
-from server import streaming
+from server.streams import streaming
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import serving
 

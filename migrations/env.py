@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from server.settings import Settings
+from server.core.settings import Settings
 
 
 def _url() -> str:

@@ -17,13 +17,14 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server import __version__, logs
-from server.errors import AppError
-from server.settings import Settings, SettingsError
+from server import __version__
+from server.core import logs
+from server.core.errors import AppError
+from server.core.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
-    from server.embeddings import Embedder
-    from server.index import VectorIndex
+    from server.index.embeddings import Embedder
+    from server.index.vectors import VectorIndex
 
 _REPORT_TIMEOUT_S = 600.0  # the report reads every question of the period and may embed the new ones
 
@@ -121,7 +122,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(f"--book {args.book}: no such folder")
         # Worker processes read their settings from the environment, so the flag travels that way.
         os.environ["BOOK_PATH"] = str(book)
-    from server import embedded_db
+    from server.store import embedded_db
 
     with _metrics_dir(settings, args.workers), embedded_db.database(settings) as settings:
         if settings.database_url:
@@ -131,7 +132,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         for stop in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop, _exit_on_signal)
         uvicorn.run(
-            "server.app:create_app",
+            "server.web.app:create_app",
             factory=True,
             host=args.host,
             port=args.port,
@@ -157,7 +158,7 @@ def _metrics_dir(settings: Settings, workers: int) -> Iterator[None]:
     """A fresh PROMETHEUS_MULTIPROC_DIR for this run: the operator's (emptied), or a temporary one for N workers.
 
     prometheus-client reads the variable when a process imports it, so it must be set before the workers start,
-    and this process must not import ``server.metrics`` before the old files are gone: it would write its own
+    and this process must not import ``server.core.metrics`` before the old files are gone: it would write its own
     into files this then unlinks.
     """
     if settings.metrics_dir is not None:
@@ -176,9 +177,9 @@ def _metrics_dir(settings: Settings, workers: int) -> Iterator[None]:
 def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
-    from server import ingest
-    from server.index import IndexLocked
-    from server.services import open_services
+    from server.index import ingest
+    from server.index.vectors import IndexLocked
+    from server.web.services import open_services
 
     if not args.path.is_dir():
         raise UsageError(f"{args.path}: no such folder")
@@ -194,8 +195,8 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
         return advance
 
     async def run() -> ingest.IngestReport:
-        from server import calibration
-        from server.retrieval import Retriever
+        from server.search import calibration
+        from server.search.retrieval import Retriever
 
         light = settings.replace(database_url=None, redis_url=None)
         async with open_services(light, retrieval=True) as services:
@@ -231,7 +232,7 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 @contextlib.asynccontextmanager
 async def _built_index(settings: Settings) -> AsyncIterator[tuple[VectorIndex, Embedder]]:
     """The ingested index and its embedder, without the database or Redis; a usage error when nothing is there."""
-    from server.services import open_services
+    from server.web.services import open_services
 
     async with open_services(settings.replace(database_url=None, redis_url=None), retrieval=True) as services:
         assert services.index is not None and services.embedder is not None
@@ -241,9 +242,9 @@ async def _built_index(settings: Settings) -> AsyncIterator[tuple[VectorIndex, E
 
 
 def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
-    from server import calibration, confidence
-    from server.index import IndexLocked
-    from server.retrieval import Retriever
+    from server.index.vectors import IndexLocked
+    from server.search import calibration, confidence
+    from server.search.retrieval import Retriever
 
     async def run() -> calibration.Derived:
         async with _built_index(settings) as (index, embedder):
@@ -261,7 +262,7 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _migrate(args: argparse.Namespace, settings: Settings) -> int:
-    from server import migrate
+    from server.store import migrate
 
     if not settings.database_url:
         raise UsageError(
@@ -279,16 +280,16 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _purge(args: argparse.Namespace, settings: Settings) -> int:
-    from server import embedded_db
-    from server.services import open_services
+    from server.store import embedded_db
+    from server.web.services import open_services
 
     days = args.days if args.days is not None else settings.session_retention_days
     if days < 1 or args.batch_size < 1:
         raise UsageError("--days and --batch-size must be at least 1")
 
     async def run(settings: Settings) -> int:
-        from server import report
-        from server.embeddings import create_embedder
+        from server.index.embeddings import create_embedder
+        from server.reports import report
 
         embedder = create_embedder(settings)  # the fold groups purged gap questions into topics by meaning
         try:
@@ -311,12 +312,13 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _report(args: argparse.Namespace, settings: Settings) -> int:
-    from server import embedded_db, report, report_views
-    from server.embeddings import create_embedder
-    from server.index import IndexLocked
-    from server.report import period_days as report_period
-    from server.retrieval import Retriever
-    from server.services import Services, open_services
+    from server.index.embeddings import create_embedder
+    from server.index.vectors import IndexLocked
+    from server.reports import report, report_views
+    from server.reports.report import period_days as report_period
+    from server.search.retrieval import Retriever
+    from server.store import embedded_db
+    from server.web.services import Services, open_services
 
     try:
         days = report_period(args.since)
@@ -370,9 +372,9 @@ def _write_file(path: Path, text: str) -> None:
 
 
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
-    from server import calibration, evaluate
-    from server.index import IndexLocked
-    from server.retrieval import Retriever
+    from server.index.vectors import IndexLocked
+    from server.search import calibration, evaluate
+    from server.search.retrieval import Retriever
 
     if args.save and not args.calibrate:
         raise UsageError("--save keeps the calibration --calibrate derives: give both")

@@ -20,10 +20,10 @@ import pytest
 from alembic import command
 from alembic.config import Config
 
-from server.app import create_app
-from server.services import Services, open_services
-from server.settings import Settings
-from server.store import Store
+from server.core.settings import Settings
+from server.store.sessions import Store
+from server.web.app import create_app
+from server.web.services import Services, open_services
 from tests.fake_openai import FakeOpenAI
 from tests.servers import serving
 
@@ -134,7 +134,7 @@ def new_id() -> uuid.UUID:
 
 
 async def _ingest_into(book: Path, data_dir: Path) -> Path:
-    from server import ingest
+    from server.index import ingest
 
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local"})
     async with open_services(settings, retrieval=True) as services:

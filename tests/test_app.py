@@ -12,8 +12,8 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.app import create_app
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
 from tests.conftest import CLOSED_PORT_PG_URL, TEST_REDIS_URL, copy_index
 from tests.servers import serving
 
@@ -179,7 +179,7 @@ async def test_the_served_app_warms_retrieval_and_freezes_its_start_up_heap(
     monkeypatch.setenv("DATA_DIR", str(copy_index(demo_index_dir, tmp_path / "data")))
     monkeypatch.setenv("EMBEDDER", "local")
     gc.unfreeze()
-    caplog.set_level(logging.INFO, logger="server.app")
+    caplog.set_level(logging.INFO, logger="server.web.app")
     try:
         async with serving(create_app(configure_logging=False, handle_sigterm=False)):
             assert gc.get_freeze_count() > 10_000

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from server.bookwatch import fingerprint
+from server.search.bookwatch import fingerprint
 from tests.conftest import DEMO_BOOK, Chat
 from tests.sse_client import of_type, read_all
 

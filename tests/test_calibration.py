@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from server import calibration
 from server.cli import main
-from server.confidence import Calibration
-from server.retrieval import Retriever
-from server.services import open_services
-from server.settings import Settings
+from server.core.settings import Settings
+from server.search import calibration
+from server.search.confidence import Calibration
+from server.search.retrieval import Retriever
+from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, copy_index
 
 PRIOR = Calibration(decline=0.287, low=0.486, high=0.735)

@@ -1,7 +1,7 @@
 """Chunking a Docusaurus book: checked on the shared real book, the demo book and small made-up docs.
 
 Expected anchors and URLs are computed here from the Markdown source with the slug rules of DESIGN.md,
-independently of server/slugs.py.
+independently of server/book/slugs.py.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from server import chunking, sparse
-from server.chunking import Book, Chunk, read_book
-from server.tokens import local_counter
+from server.book import chunking
+from server.book.chunking import Book, Chunk, read_book
+from server.core.tokens import local_counter
+from server.index import sparse
 from tests.conftest import DEMO_BOOK, SHARED_BOOK
 
 BASE = "http://localhost:3000"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.confidence import (
+from server.search.confidence import (
     CALIBRATIONS,
     Calibration,
     filter_decision,

@@ -31,8 +31,8 @@ import pytest
 import redis
 from alembic import command
 
-from server.app import create_app
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
 from tests.conftest import alembic_config, copy_index
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import free_port, serving

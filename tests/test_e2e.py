@@ -24,8 +24,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from server.app import create_app
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
 from tests.conftest import DEMO_BOOK, ROOT, demo_env
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import free_port, serving

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from server import ingest, sparse
-from server.index import IndexLocked, VectorIndex
-from server.services import open_services
-from server.settings import Settings
+from server.core.settings import Settings
+from server.index import ingest, sparse
+from server.index.vectors import IndexLocked, VectorIndex
+from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, ROOT
 
 

@@ -14,13 +14,13 @@ import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from server import onnx_minilm
-from server.embeddings import LocalEmbedder, OpenAIEmbedder
-from server.errors import IndexMismatch, RetrievalUnavailable
-from server.index import VectorIndex
-from server.services import open_services
-from server.settings import Settings
-from server.sparse import Sparse
+from server.core import onnx_minilm
+from server.core.errors import IndexMismatch, RetrievalUnavailable
+from server.core.settings import Settings
+from server.index.embeddings import LocalEmbedder, OpenAIEmbedder
+from server.index.sparse import Sparse
+from server.index.vectors import VectorIndex
+from server.web.services import open_services
 from tests.fake_openai import Behaviour, FakeOpenAI, embed
 from tests.servers import serving
 

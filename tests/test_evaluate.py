@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from server import cli, evaluate
-from server.confidence import Calibration
-from server.evaluate import Outcome
+from server import cli
+from server.search import evaluate
+from server.search.confidence import Calibration
+from server.search.evaluate import Outcome
 from tests.conftest import DEMO_BOOK, SHARED_BOOK, copy_index
 
 

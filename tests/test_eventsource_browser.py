@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psycopg
 
-from server.app import create_app
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
 from tests.conftest import copy_index
 from tests.fake_openai import FakeOpenAI, ok, tokens_of
 from tests.servers import serving

@@ -27,7 +27,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from server.openapi import document
+from server.web.openapi import document
 from tests.conftest import copy_index
 from tests.servers import server_process
 

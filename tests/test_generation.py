@@ -11,7 +11,7 @@ from dataclasses import replace
 import openai
 import pytest
 
-from server.generation import (
+from server.answer.generation import (
     ExtractiveGenerator,
     Finished,
     GenerationRequest,
@@ -23,8 +23,8 @@ from server.generation import (
     invalid_markers,
     sentences,
 )
-from server.retrieval import Source
-from server.tokens import local_counter
+from server.core.tokens import local_counter
+from server.search.retrieval import Source
 from tests.fake_openai import Behaviour, FakeOpenAI
 from tests.servers import serving
 

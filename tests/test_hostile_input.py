@@ -15,8 +15,8 @@ import jwt
 import psycopg
 import pytest
 
-from server.app import create_app
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
 from tests.conftest import copy_index
 from tests.servers import serving
 

@@ -16,13 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server import chunking, ingest, sparse
-from server.app import create_app
-from server.chunking import read_book
-from server.embeddings import LocalEmbedder
-from server.index import IndexLocked, VectorIndex
-from server.settings import Settings
-from server.tokens import local_counter
+from server.book import chunking
+from server.book.chunking import read_book
+from server.core.settings import Settings
+from server.core.tokens import local_counter
+from server.index import ingest, sparse
+from server.index.embeddings import LocalEmbedder
+from server.index.vectors import IndexLocked, VectorIndex
+from server.web.app import create_app
 from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK, copy_index
 from tests.servers import serving
 

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from server import logs
-from server.app import create_app
-from server.settings import Settings
+from server.core import logs
+from server.core.settings import Settings
+from server.web.app import create_app
 from tests.conftest import copy_index
 from tests.servers import serving
 from tests.sse_client import read_all

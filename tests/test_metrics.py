@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server import metrics
+from server.core import metrics
 from tests.conftest import CLOSED_PORT_PG_URL, ROOT, TEST_REDIS_URL, Chat, copy_index
 from tests.fake_openai import Behaviour
 from tests.servers import server_process

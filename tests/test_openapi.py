@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.routing import Route
 
-from server.app import create_app
-from server.openapi import document
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
+from server.web.openapi import document
 from tests.conftest import copy_index
 from tests.servers import serving
 

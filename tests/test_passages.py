@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server import passages
+from server.search import passages
 
 
 @pytest.mark.parametrize(

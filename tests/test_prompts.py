@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server import ingest
-from server.app import create_app
-from server.prompts import SELECTION_RULES, TEXTBOOK_RULES, PromptSource, Turn, build_messages, fit_history
-from server.services import open_services
-from server.settings import Settings
-from server.tokens import TokenCounter, local_counter
+from server.answer.prompts import SELECTION_RULES, TEXTBOOK_RULES, PromptSource, Turn, build_messages, fit_history
+from server.core.settings import Settings
+from server.core.tokens import TokenCounter, local_counter
+from server.index import ingest
+from server.web.app import create_app
+from server.web.services import open_services
 from tests.fake_openai import FakeOpenAI
 from tests.servers import serving
 from tests.sse_client import of_type, read_all

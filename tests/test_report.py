@@ -18,12 +18,12 @@ import jwt
 import psycopg
 import pytest
 
-from server import report, report_views
-from server.embeddings import LocalEmbedder
-from server.retrieval import Retriever
-from server.services import open_services
-from server.settings import Settings
-from server.store import Store
+from server.core.settings import Settings
+from server.index.embeddings import LocalEmbedder
+from server.reports import report, report_views
+from server.search.retrieval import Retriever
+from server.store.sessions import Store
+from server.web.services import open_services
 from tests.conftest import ROOT, Chat, copy_index
 from tests.report_data import BREAD, FOOTBALL, MONEY, Asked, insert, reader_month
 
@@ -267,7 +267,7 @@ async def test_without_an_admin_token_the_report_routes_do_not_exist(chat_server
 
 
 def test_a_short_admin_token_is_refused_at_start() -> None:
-    from server.settings import SettingsError
+    from server.core.settings import SettingsError
 
     with pytest.raises(SettingsError, match="ADMIN_TOKEN is too short"):
         Settings.from_env({"ADMIN_TOKEN": "short"})

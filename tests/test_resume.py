@@ -19,8 +19,8 @@ import psycopg
 import pytest
 import redis
 
-from server.app import create_app
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
 from tests.conftest import TEST_REDIS_URL, copy_index
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import server_process, serving

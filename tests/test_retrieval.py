@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 from qdrant_client import AsyncQdrantClient
 
-from server import evaluate, ingest, sparse
-from server.confidence import Calibration
-from server.index import VectorIndex
-from server.qdrant_server import ServerCollection
-from server.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
-from server.services import open_services
-from server.settings import Settings
-from server.tokens import TokenCounter
+from server.core.settings import Settings
+from server.core.tokens import TokenCounter
+from server.index import ingest, sparse
+from server.index.qdrant_server import ServerCollection
+from server.index.vectors import VectorIndex
+from server.search import evaluate
+from server.search.confidence import Calibration
+from server.search.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
+from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, copy_index
 
 # WordEmbedder's similarities for a matching section sit around 0.35-0.6 (breadcrumbs and filler dilute them).
@@ -443,7 +444,7 @@ def test_a_questions_specific_terms_are_the_rare_ones_not_its_phrasing() -> None
 
 
 def test_the_unknown_share_of_specific_terms_scales_the_evidence_squared() -> None:
-    from server.confidence import term_factor
+    from server.search.confidence import term_factor
 
     assert term_factor({}, []) == 1.0
     assert term_factor({"quadcopter": 1.0}, ["quadcopter"]) == 0.0

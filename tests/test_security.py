@@ -19,9 +19,9 @@ import psycopg
 import pytest
 import redis
 
-from server.app import create_app
-from server.ratelimit import client_address
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
+from server.web.ratelimit import client_address
 from tests.conftest import TEST_REDIS_URL, copy_index
 from tests.servers import serving
 from tests.sse_client import answer_text, read_all
@@ -429,7 +429,7 @@ async def test_a_question_refused_for_too_many_open_answers_spends_nothing_and_s
 
 
 async def test_an_answer_still_streaming_counts_against_the_daily_token_budget(app_server: App, clean_db: str) -> None:
-    from server.chat import IN_FLIGHT_TOKENS
+    from server.chat.run import IN_FLIGHT_TOKENS
 
     async with app_server(SESSION_DAILY_TOKENS=str(IN_FLIGHT_TOKENS)) as client:
         meta = await ask(client)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from server.settings import Secret, Settings, SettingsError
+from server.core.settings import Secret, Settings, SettingsError
 
 
 def test_defaults_follow_the_design_table() -> None:

@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from starlette.applications import Starlette
 
-from server.app import create_app
 from server.cli import SHUTDOWN_FLUSH_S
-from server.settings import Settings
+from server.core.settings import Settings
+from server.web.app import create_app
 from tests.conftest import copy_index, demo_env
 from tests.fake_openai import Behaviour, FakeOpenAI
 from tests.servers import server_process, serving

@@ -9,8 +9,8 @@ import uuid
 import psycopg
 import pytest
 
-from server.errors import DatabaseUnavailable
-from server.store import Citation, Completion, Store, create_pool, hash_token
+from server.core.errors import DatabaseUnavailable
+from server.store.sessions import Citation, Completion, Store, create_pool, hash_token
 
 
 def _citation(position: int) -> Citation:

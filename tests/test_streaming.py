@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server import streaming
-from server.streaming import Event, MessageStream
+from server.streams import streaming
+from server.streams.streaming import Event, MessageStream
 from tests.servers import serving
 from tests.sse_client import EventParser, SSEEvent
 

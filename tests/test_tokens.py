@@ -1,6 +1,6 @@
 """Token counting: tiktoken when its BPE file is cached (filled from js-tiktoken), the MiniLM tokenizer otherwise.
 
-Each case runs in a fresh interpreter: tiktoken and server.tokens cache what they load per process.
+Each case runs in a fresh interpreter: tiktoken and server.core.tokens cache what they load per process.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def run_python(code: str, *, cache_dir: Path | None) -> dict[str, object]:
 def test_importing_the_counting_and_chunking_modules_loads_no_encoding_and_opens_no_socket() -> None:
     result = run_python(
         """
-        import server.tokens, server.chunking, server.embeddings, server.ingest
+        import server.core.tokens, server.book.chunking, server.index.embeddings, server.index.ingest
         print(json.dumps({"tiktoken_loaded": "tiktoken" in sys.modules, "connections": connections}))
         """,
         cache_dir=None,
@@ -96,7 +96,7 @@ def test_importing_the_counting_and_chunking_modules_loads_no_encoding_and_opens
 def test_the_filled_cache_gives_exact_tiktoken_counts_without_the_network(filled_cache: Path) -> None:
     result = run_python(
         """
-        from server.tokens import counter_for_model, tiktoken_counter
+        from server.core.tokens import counter_for_model, tiktoken_counter
         chat = counter_for_model("gpt-4o-mini")
         embed = tiktoken_counter("cl100k_base")
         print(json.dumps({
@@ -117,7 +117,7 @@ def test_the_filled_cache_gives_exact_tiktoken_counts_without_the_network(filled
 def test_without_the_bpe_file_counting_falls_back_to_the_local_tokenizer(tmp_path: Path) -> None:
     result = run_python(
         """
-        from server.tokens import counter_for_model, local_counter
+        from server.core.tokens import counter_for_model, local_counter
         counter = counter_for_model("gpt-4o-mini")
         text = "ros2 topic echo /joint_states prints every message."
         print(json.dumps({
@@ -144,14 +144,14 @@ def test_a_failed_encoding_load_is_tried_once_and_warned_about_once(tmp_path: Pa
         class Collect(logging.Handler):
             def emit(self, record):
                 warnings.append(record.getMessage())
-        logging.getLogger("server.tokens").addHandler(Collect())
+        logging.getLogger("server.core.tokens").addHandler(Collect())
         downloads = []
         _read_file = tiktoken.load.read_file
         def counting_read_file(blobpath):
             downloads.append(blobpath)
             return _read_file(blobpath)
         tiktoken.load.read_file = counting_read_file
-        from server.tokens import tiktoken_counter
+        from server.core.tokens import tiktoken_counter
         first = tiktoken_counter("o200k_base")
         second = tiktoken_counter("o200k_base")
         print(json.dumps({"same": first is second, "downloads": len(downloads), "warnings": len(warnings)}))

@@ -10,10 +10,11 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from server import chunking, webapp
-from server.app import create_app
-from server.ingest import docs_root
-from server.settings import Settings
+from server.book import chunking
+from server.core.settings import Settings
+from server.index.ingest import docs_root
+from server.web import webapp
+from server.web.app import create_app
 from tests.conftest import DEMO_BOOK, SHARED_BOOK
 
 

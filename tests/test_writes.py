@@ -9,8 +9,8 @@ from pathlib import Path
 
 import psycopg
 
-from server.store import Citation, Completion, Store, create_pool
-from server.writes import AnswerWriter
+from server.store.sessions import Citation, Completion, Store, create_pool
+from server.store.writes import AnswerWriter
 from tests.conftest import CLOSED_PORT_PG_URL
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from server import sparse
+from server.index import sparse
 
 log = logging.getLogger(__name__)
 

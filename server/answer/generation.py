@@ -17,16 +17,18 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from server import passages, prompts, sparse
-from server.prompts import PromptSource, Turn
-from server.tokens import TokenCounter, counter_for_model
+from server.answer import prompts
+from server.answer.prompts import PromptSource, Turn
+from server.core.tokens import TokenCounter, counter_for_model
+from server.index import sparse
+from server.search import passages
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
     from openai.types.chat import ChatCompletionMessageParam
 
-    from server.retrieval import Source
-    from server.settings import Settings
+    from server.core.settings import Settings
+    from server.search.retrieval import Source
 
 __all__ = [
     "ExtractiveGenerator",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from server.tokens import TokenCounter
+from server.core.tokens import TokenCounter
 
 HISTORY_BUDGET_TOKENS = 1500
 _TURN_OVERHEAD_TOKENS = 4  # role and separators of one chat message

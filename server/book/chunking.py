@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from server.docusaurus import Doc, Module, Section, Skipped, read_doc, read_tree
-from server.mdx import Block, substantive
+from server.book.docusaurus import Doc, Module, Section, Skipped, read_doc, read_tree
+from server.book.mdx import Block, substantive
 
 __all__ = ["Book", "Chunk", "Document", "Module", "Skipped", "TokenCounter", "read_book", "read_document"]
 

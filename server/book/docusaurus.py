@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.mdx import Block, parse_blocks, substantive
-from server.slugs import Slugger, doc_id, doc_url, read_front_matter, read_yaml_mapping, strip_number_prefix
+from server.book.mdx import Block, parse_blocks, substantive
+from server.book.slugs import Slugger, doc_id, doc_url, read_front_matter, read_yaml_mapping, strip_number_prefix
 
 EMPTY_REASON = "no text left after removing front matter, MDX imports/exports, JSX markup and comments"
 

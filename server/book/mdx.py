@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from server.slugs import Slugger
+from server.book.slugs import Slugger
 
 _FENCE = re.compile(r"^(\s*)(`{3,}(?!.*`)|~{3,})(.*)$")
 _FENCE_CLOSE = re.compile(r"^\s*(`{3,}|~{3,})\s*$")

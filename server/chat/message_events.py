@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from server import replay
-from server.chat import ChatService
-from server.relay import STALL_LIMIT_S
-from server.store import MessageRow
-from server.streaming import Event
+from server.chat.run import ChatService
+from server.store.sessions import MessageRow
+from server.streams import replay
+from server.streams.relay import STALL_LIMIT_S
+from server.streams.streaming import Event
 
 
 async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> AsyncIterator[Event] | None:

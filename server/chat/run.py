@@ -18,11 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from server import logs, metrics
-from server.capabilities import Capabilities
-from server.errors import Conflict, DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
-from server.faq import Faq
-from server.generation import (
+from server.answer.faq import Faq
+from server.answer.generation import (
     Finished,
     GenerationRequest,
     Generator,
@@ -33,12 +30,15 @@ from server.generation import (
     cited_numbers,
     invalid_markers,
 )
-from server.prompts import HISTORY_BUDGET_TOKENS
-from server.retrieval import CONTEXT_BUDGET_TOKENS, Retrieval, Retriever, Source
-from server.schemas import ChatRequest
-from server.store import Citation, Completion, Exchange, Store
-from server.streaming import MessageStream, StreamRegistry
-from server.writes import AnswerWriter
+from server.answer.prompts import HISTORY_BUDGET_TOKENS
+from server.core import logs, metrics
+from server.core.errors import Conflict, DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
+from server.core.schemas import ChatRequest
+from server.search.retrieval import CONTEXT_BUDGET_TOKENS, Retrieval, Retriever, Source
+from server.store.sessions import Citation, Completion, Exchange, Store
+from server.store.writes import AnswerWriter
+from server.streams.capabilities import Capabilities
+from server.streams.streaming import MessageStream, StreamRegistry
 
 log = logging.getLogger(__name__)
 

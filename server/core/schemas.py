@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from server.errors import BadRequest
+from server.core.errors import BadRequest
 
 MAX_QUESTION_CHARS = 2000
 MAX_SELECTION_CHARS = 4000

@@ -166,7 +166,7 @@ def wordpiece_tokenizer() -> Tokenizer:
     """The one all-MiniLM-L6-v2 tokenizer of the process (counting and the local embedder), never truncating."""
     from tokenizers import Tokenizer
 
-    from server.onnx_minilm import model_dir
+    from server.core.onnx_minilm import model_dir
 
     tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     # tokenizer.json ships truncation and fixed padding at 128; counting must see the whole text.

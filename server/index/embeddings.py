@@ -23,10 +23,10 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from server import onnx_minilm
-from server.errors import RetrievalUnavailable
-from server.settings import Settings
-from server.tokens import TokenCounter, counter_for_model, local_counter, wordpiece_tokenizer
+from server.core import onnx_minilm
+from server.core.errors import RetrievalUnavailable
+from server.core.settings import Settings
+from server.core.tokens import TokenCounter, counter_for_model, local_counter, wordpiece_tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server import chunking, sparse
-from server.chunking import Chunk
-from server.embeddings import Embedder
-from server.index import IndexedPoint, VectorIndex
+from server.book import chunking
+from server.book.chunking import Chunk
+from server.index import sparse
+from server.index.embeddings import Embedder
+from server.index.vectors import IndexedPoint, VectorIndex
 
 log = logging.getLogger(__name__)
 

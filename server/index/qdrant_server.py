@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from server.index import DENSE, PAYLOAD_INDEXES, SPARSE, EngineError, Scored
-from server.settings import Settings
-from server.sparse import Sparse
+from server.core.settings import Settings
+from server.index.sparse import Sparse
+from server.index.vectors import DENSE, PAYLOAD_INDEXES, SPARSE, EngineError, Scored
 
 T = TypeVar("T")
 

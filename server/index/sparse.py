@@ -94,7 +94,7 @@ def _wordpiece() -> Any:
     try:
         from tokenizers import Tokenizer
 
-        from server import onnx_minilm
+        from server.core import onnx_minilm
 
         tokenizer = Tokenizer.from_file(str(onnx_minilm.model_dir() / "tokenizer.json"))
         tokenizer.no_padding()  # the file pads to 128

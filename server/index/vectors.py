@@ -1,7 +1,7 @@
 """The book's index: its schema (named dense + sparse vectors), writes, hybrid queries, the module list.
 
 Two engines, one data format: a Qdrant server (``QDRANT_URL``, through qdrant-client) or, by default, an
-embedded Qdrant Edge shard under ``QDRANT_PATH`` (``server/edge.py``; one process opens it at a time).
+embedded Qdrant Edge shard under ``QDRANT_PATH`` (``server/index/edge.py``; one process opens it at a time).
 The embedder that built the index is kept in its metadata (the collection's on a server, a side file
 with Edge), so querying with another one fails clearly (``IndexMismatch``) instead of returning nonsense.
 """
@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from server.errors import IndexMismatch, RetrievalUnavailable
-from server.settings import Settings
-from server.sparse import Sparse
+from server.core.errors import IndexMismatch, RetrievalUnavailable
+from server.core.settings import Settings
+from server.index.sparse import Sparse
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -69,10 +69,10 @@ def open_backend(settings: Settings) -> _Backend:
     """Qdrant server mode with ``QDRANT_URL``; otherwise the embedded Qdrant Edge shard under ``QDRANT_PATH``."""
     # Each engine's library is imported only when it is used: qdrant-client alone costs ~80 MB of memory.
     if settings.qdrant_url:
-        from server.qdrant_server import ServerCollection, connect
+        from server.index.qdrant_server import ServerCollection, connect
 
         return ServerCollection(connect(settings), settings.qdrant_collection)
-    from server.edge import EdgeCollection
+    from server.index.edge import EdgeCollection
 
     return EdgeCollection.open(settings.qdrant_path, settings.qdrant_collection)
 

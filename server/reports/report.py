@@ -1,7 +1,7 @@
 """The authors' report: what readers ask that the book does not answer (gaps), and how the book is used.
 
 Everything comes from Postgres. A *gap* is a question whose answer was declined, came with low
-confidence, or was rated down. Gap questions are grouped into topics by meaning (``server.topics``,
+confidence, or was rated down. Gap questions are grouped into topics by meaning (``server.reports.topics``,
 over the configured embedder's vectors, cached in ``question_vectors``), largest first, each with
 its most telling words, up to three example questions, the book's closest sections (where an author
 would add the missing text) and a count per day. Purged sessions leave their numbers behind
@@ -23,9 +23,10 @@ from typing import Any, Literal
 import numpy as np
 import psycopg
 
-from server import confidence, topics
-from server.embeddings import Embedder
-from server.retrieval import Retriever
+from server.index.embeddings import Embedder
+from server.reports import topics
+from server.search import confidence
+from server.search.retrieval import Retriever
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from server.report import Report, Topic
+from server.reports.report import Report, Topic
 
 _LEVEL_NAMES = {
     "high": "confident",

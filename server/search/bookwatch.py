@@ -19,11 +19,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from server import calibration, ingest
-from server.embeddings import Embedder
-from server.errors import AppError
-from server.index import VectorIndex
-from server.retrieval import Retriever
+from server.core.errors import AppError
+from server.index import ingest
+from server.index.embeddings import Embedder
+from server.index.vectors import VectorIndex
+from server.search import calibration
+from server.search.retrieval import Retriever
 
 log = logging.getLogger(__name__)
 

@@ -28,14 +28,14 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from server import confidence
-from server.confidence import Calibration
-from server.embeddings import Embedder
-from server.errors import RetrievalUnavailable
-from server.index import VectorIndex
+from server.core.errors import RetrievalUnavailable
+from server.index.embeddings import Embedder
+from server.index.vectors import VectorIndex
+from server.search import confidence
+from server.search.confidence import Calibration
 
 if TYPE_CHECKING:
-    from server.retrieval import Retriever
+    from server.search.retrieval import Retriever
 
 log = logging.getLogger(__name__)
 

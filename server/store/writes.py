@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from server.errors import DatabaseUnavailable
-from server.store import Citation, Completion, Store
+from server.core.errors import DatabaseUnavailable
+from server.store.sessions import Citation, Completion, Store
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from server import confidence
-from server.generation import invalid_markers
-from server.store import MessageRow
-from server.streaming import Event
+from server.answer.generation import invalid_markers
+from server.search import confidence
+from server.store.sessions import MessageRow
+from server.streams.streaming import Event
 
 _FINISH = {"complete": "stop", "interrupted": "cancelled"}
 

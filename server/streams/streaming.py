@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from server import metrics
+from server.core import metrics
 
 if TYPE_CHECKING:
-    from server.relay import RedisRelay
+    from server.streams.relay import RedisRelay
 
 log = logging.getLogger(__name__)
 

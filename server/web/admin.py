@@ -14,11 +14,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from server import api
-from server.errors import BadRequest, NotFound, Unauthorized
+from server.core.errors import BadRequest, NotFound, Unauthorized
+from server.web import api
 
 if TYPE_CHECKING:
-    from server.report import Report
+    from server.reports.report import Report
 
 _REPORT_TIMEOUT_S = 120.0
 _one_at_a_time = asyncio.Lock()  # a report reads every question of its period: never two at once per process
@@ -37,7 +37,7 @@ async def report_json(request: Request) -> Response:
 
 
 async def report_page(request: Request) -> Response:
-    from server import report_views
+    from server.reports import report_views
 
     result = await _report(request)
     return HTMLResponse(report_views.html(result), headers={"Cache-Control": "no-store"})
@@ -54,7 +54,7 @@ def _authorize(request: Request) -> None:
 
 
 async def _report(request: Request) -> Report:
-    from server import report
+    from server.reports import report
 
     _authorize(request)
     svc = api.services(request)

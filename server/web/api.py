@@ -17,11 +17,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from server import chat as chat_pipeline
-from server import health as health_checks
-from server import logs, message_events, ratelimit, schemas, streaming
-from server.chat import ChatService
-from server.errors import (
+from server.chat import message_events
+from server.chat import run as chat_pipeline
+from server.chat.run import ChatService
+from server.core import logs, schemas
+from server.core.errors import (
     BadRequest,
     NotFound,
     RateLimited,
@@ -29,9 +29,12 @@ from server.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from server.services import Services
-from server.store import Citation, MessageRow, Store
-from server.streaming import Event
+from server.store.sessions import Citation, MessageRow, Store
+from server.streams import streaming
+from server.streams.streaming import Event
+from server.web import health as health_checks
+from server.web import ratelimit
+from server.web.services import Services
 
 CANCEL_WAIT_S = 2.0  # DELETE answers once the stream has ended, or says it is still ending
 DRAIN_RETRY_AFTER_S = 5  # a refused question during shutdown: by then a proxy sends it to another process

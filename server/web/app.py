@@ -29,12 +29,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server import admin, api, calibration, ingest, logs, metrics, openapi, webapp
-from server.errors import AppError, MethodNotAllowed, NotFound, PayloadTooLarge
-from server.retrieval import Retriever
-from server.services import Services, open_services
-from server.settings import Settings
-from server.streaming import StreamRegistry
+from server.core import logs, metrics
+from server.core.errors import AppError, MethodNotAllowed, NotFound, PayloadTooLarge
+from server.core.settings import Settings
+from server.index import ingest
+from server.search import calibration
+from server.search.retrieval import Retriever
+from server.streams.streaming import StreamRegistry
+from server.web import admin, api, openapi, webapp
+from server.web.services import Services, open_services
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("server.access")
@@ -292,7 +295,7 @@ def _watching_the_book(services: Services) -> AbstractAsyncContextManager[object
     if not services.index.embedded:  # with a Qdrant server every worker would watch: ingest from one place instead
         return nullcontext()
     assert services.embedder is not None
-    from server.bookwatch import BookWatcher
+    from server.search.bookwatch import BookWatcher
 
     watcher = BookWatcher(
         settings.book_path, services.index, services.embedder, chat.retriever, base_url=settings.book_base_url

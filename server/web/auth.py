@@ -11,8 +11,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from server.errors import Unauthorized
-from server.settings import Settings
+from server.core.errors import Unauthorized
+from server.core.settings import Settings
 
 if TYPE_CHECKING:
     import jwt

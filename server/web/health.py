@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from server import __version__
-from server.services import Services
+from server.web.services import Services
 
 ServiceStatus = Literal["ok", "down", "disabled", "offline"]
 PROBE_TIMEOUT_S = 0.5  # the whole check answers well under a second even when everything hangs

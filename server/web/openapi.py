@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from server import __version__
-from server.schemas import CHAT_REQUEST_SCHEMA, FEEDBACK_REQUEST_SCHEMA
+from server.core.schemas import CHAT_REQUEST_SCHEMA, FEEDBACK_REQUEST_SCHEMA
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _SSE = {

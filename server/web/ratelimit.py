@@ -21,9 +21,9 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 from redis.asyncio import BlockingConnectionPool
 
-from server import metrics
-from server.errors import RateLimited
-from server.settings import Settings
+from server.core import metrics
+from server.core.errors import RateLimited
+from server.core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
-from server.auth import Authenticator
-from server.embeddings import Embedder, create_embedder
-from server.index import VectorIndex
-from server.ratelimit import RateLimiter, StreamSlots
-from server.settings import Settings
-from server.store import Store, create_pool
+from server.core.settings import Settings
+from server.index.embeddings import Embedder, create_embedder
+from server.index.vectors import VectorIndex
+from server.store.sessions import Store, create_pool
+from server.web.auth import Authenticator
+from server.web.ratelimit import RateLimiter, StreamSlots
 
 if TYPE_CHECKING:
-    from server.chat import ChatService
+    from server.chat.run import ChatService
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +82,14 @@ async def open_services(settings: Settings, *, retrieval: bool = False, chat: bo
 
 async def _chat_service(settings: Settings, services: Services, stack: AsyncExitStack) -> ChatService:
     # Imported here so maintenance commands (ingest, purge) do not load the generation stack.
-    from server.calibration import stored
-    from server.capabilities import Capabilities
-    from server.chat import ChatService
-    from server.faq import Faq
-    from server.generation import create_generator
-    from server.relay import RedisRelay
-    from server.retrieval import Retriever
-    from server.streaming import StreamRegistry
+    from server.answer.faq import Faq
+    from server.answer.generation import create_generator
+    from server.chat.run import ChatService
+    from server.search.calibration import stored
+    from server.search.retrieval import Retriever
+    from server.streams.capabilities import Capabilities
+    from server.streams.relay import RedisRelay
+    from server.streams.streaming import StreamRegistry
 
     assert services.index is not None and services.embedder is not None
     relay = RedisRelay(services.redis, ttl_s=settings.stream_ttl_s) if services.redis is not None else None
@@ -99,7 +99,7 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
         stack.push_async_callback(relay.close)  # after cancel_all below (LIFO): the last events reach Redis
     writer = None
     if services.store is not None:
-        from server.writes import AnswerWriter
+        from server.store.writes import AnswerWriter
 
         writer = AnswerWriter(services.store, settings.data_dir / "pending-writes")
         await writer.start()

@@ -24,14 +24,14 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from server import chunking
-from server.ingest import docs_root
-from server.settings import Settings
-from server.slugs import Slugger, read_front_matter
+from server.book import chunking
+from server.book.slugs import Slugger, read_front_matter
+from server.core.settings import Settings
+from server.index.ingest import docs_root
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_BOOK = ROOT / "examples" / "textbook"
 DIST_DIR = ROOT / "frontend" / "dist"
 ENTRY = "src/main.tsx"  # the Vite entry whose files the manifest names
