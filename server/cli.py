@@ -178,7 +178,7 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
     from server.index import ingest
-    from server.index.vectors import IndexLocked
+    from server.index.engine import IndexLocked
     from server.web.services import open_services
 
     if not args.path.is_dir():
@@ -242,7 +242,7 @@ async def _built_index(settings: Settings) -> AsyncIterator[tuple[VectorIndex, E
 
 
 def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
-    from server.index.vectors import IndexLocked
+    from server.index.engine import IndexLocked
     from server.search import calibration, confidence
     from server.search.retrieval import Retriever
 
@@ -313,7 +313,7 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
 
 def _report(args: argparse.Namespace, settings: Settings) -> int:
     from server.index.embeddings import create_embedder
-    from server.index.vectors import IndexLocked
+    from server.index.engine import IndexLocked
     from server.reports import report, report_views
     from server.reports.report import period_days as report_period
     from server.search.retrieval import Retriever
@@ -372,7 +372,7 @@ def _write_file(path: Path, text: str) -> None:
 
 
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
-    from server.index.vectors import IndexLocked
+    from server.index.engine import IndexLocked
     from server.search import calibration, evaluate
     from server.search.retrieval import Retriever
 

@@ -16,7 +16,8 @@ import pytest
 
 from server.core.settings import Settings
 from server.index import ingest, sparse
-from server.index.vectors import IndexLocked, VectorIndex
+from server.index.engine import IndexLocked
+from server.index.vectors import VectorIndex
 from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, ROOT
 

@@ -22,7 +22,8 @@ from server.core.settings import Settings
 from server.core.tokens import local_counter
 from server.index import ingest, sparse
 from server.index.embeddings import LocalEmbedder
-from server.index.vectors import IndexLocked, VectorIndex
+from server.index.engine import IndexLocked
+from server.index.vectors import VectorIndex
 from server.web.app import create_app
 from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK, copy_index
 from tests.servers import serving

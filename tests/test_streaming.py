@@ -23,7 +23,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from server.streams import streaming
-from server.streams.streaming import Event, MessageStream
+from server.streams.events import Event
+from server.streams.streaming import MessageStream
 from tests.servers import serving
 from tests.sse_client import EventParser, SSEEvent
 

@@ -14,8 +14,8 @@ from typing import Literal
 from server.chat.run import ChatService
 from server.store.sessions import MessageRow
 from server.streams import replay
+from server.streams.events import Event
 from server.streams.relay import STALL_LIMIT_S
-from server.streams.streaming import Event
 
 
 async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> AsyncIterator[Event] | None:

@@ -21,8 +21,8 @@ from typing import IO, Any
 
 import qdrant_edge as edge
 
+from server.index.engine import DENSE, SPARSE, EngineError, IndexLocked, Scored
 from server.index.sparse import Sparse
-from server.index.vectors import DENSE, SPARSE, EngineError, IndexLocked, Scored
 
 log = logging.getLogger(__name__)
 

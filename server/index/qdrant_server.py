@@ -12,8 +12,8 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from server.core.settings import Settings
+from server.index.engine import DENSE, PAYLOAD_INDEXES, SPARSE, EngineError, Scored
 from server.index.sparse import Sparse
-from server.index.vectors import DENSE, PAYLOAD_INDEXES, SPARSE, EngineError, Scored
 
 T = TypeVar("T")
 

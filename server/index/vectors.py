@@ -12,24 +12,18 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from server.core.errors import IndexMismatch, RetrievalUnavailable
 from server.core.settings import Settings
+from server.index.engine import Backend, EngineError
 from server.index.sparse import Sparse
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-DENSE = "dense"
-SPARSE = "sparse"
-PAYLOAD_INDEXES = ("module", "chapter", "file_path", "content_hash")
 _SCROLL_FIELDS = ["file_path", "content_hash", "chunk_index"]
 _TIE_MARGIN = 8  # extra hits fetched so exact ties at the cut are broken by cosine and id, not by the engine
-
-
-class IndexLocked(RuntimeError):
-    """Another process holds the embedded index; the message tells the operator what to do."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +59,7 @@ class ModuleInfo:
     chapters: tuple[Chapter, ...]
 
 
-def open_backend(settings: Settings) -> _Backend:
+def open_backend(settings: Settings) -> Backend:
     """Qdrant server mode with ``QDRANT_URL``; otherwise the embedded Qdrant Edge shard under ``QDRANT_PATH``."""
     # Each engine's library is imported only when it is used: qdrant-client alone costs ~80 MB of memory.
     if settings.qdrant_url:
@@ -84,7 +78,7 @@ class VectorIndex:
     format; results are ordered the same way every time (exact ties broken by cosine, then id).
     """
 
-    def __init__(self, backend: _Backend, *, timeout_s: float) -> None:
+    def __init__(self, backend: Backend, *, timeout_s: float) -> None:
         self.backend = backend
         self._timeout_s = timeout_s
         self._modules: list[ModuleInfo] | None = None
@@ -299,42 +293,6 @@ class VectorIndex:
         except (TimeoutError, ConnectionError, OSError, EngineError) as exc:
             log.warning("qdrant unavailable: %s", type(exc).__name__)
             raise RetrievalUnavailable("The textbook search is temporarily unavailable.") from exc
-
-
-# -- engines ----------------------------------------------------------------------------------------
-
-Scored = tuple[str, float, dict[str, Any], list[float] | None]  # id, fused score, payload, dense vector
-
-
-class EngineError(RuntimeError):
-    """A failure inside an engine: Qdrant Edge's bare ``Exception``s, qdrant-client's response errors."""
-
-
-class _Backend(Protocol):
-    embedded: bool
-    upsert_batch: int
-
-    async def close(self) -> None: ...
-    async def exists(self) -> bool: ...
-    async def create(self, dim: int, metadata: dict[str, Any]) -> None: ...
-    async def drop(self) -> None: ...
-    async def read_metadata(self) -> dict[str, Any]: ...
-    async def write_metadata(self, metadata: dict[str, Any]) -> None: ...
-    async def count(self) -> int: ...
-    def scroll(self, fields: list[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]: ...
-    async def upsert(self, points: list[tuple[str, Sequence[float], Sparse, Mapping[str, Any]]]) -> None: ...
-    async def set_payload(self, point_id: str, payload: dict[str, Any]) -> None: ...
-    async def delete(self, ids: list[str]) -> None: ...
-    async def hybrid(
-        self,
-        dense: Sequence[float],
-        sparse: Sparse,
-        *,
-        limit: int,
-        module: str | None,
-        file_paths: Sequence[str] | None,
-    ) -> list[Scored]: ...
-    async def mentions(self, sparse: Sparse) -> bool: ...
 
 
 async def _enumerate(items: AsyncIterator[_T]) -> AsyncIterator[tuple[int, _T]]:

@@ -20,7 +20,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from server.streams.streaming import TERMINAL, Event
+from server.streams.events import TERMINAL, Event
 
 log = logging.getLogger(__name__)
 

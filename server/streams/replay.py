@@ -12,7 +12,7 @@ from typing import Any
 from server.answer.generation import invalid_markers
 from server.search import confidence
 from server.store.sessions import MessageRow
-from server.streams.streaming import Event
+from server.streams.events import Event
 
 _FINISH = {"complete": "stop", "interrupted": "cancelled"}
 

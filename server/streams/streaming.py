@@ -14,38 +14,22 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from server.core import metrics
+from server.streams.events import TERMINAL, Event, EventType
 
 if TYPE_CHECKING:
     from server.streams.relay import RedisRelay
 
 log = logging.getLogger(__name__)
 
-EventType = Literal["meta", "sources", "notice", "token", "done", "error"]
-TERMINAL: frozenset[str] = frozenset({"done", "error"})
 PING_S = 15
 SEND_TIMEOUT_S = 30  # a reader that accepts nothing for this long is dropped
 COALESCE_S = 0.01  # tokens published within this window go out as one event
 RETRY_MS = 2000  # EventSource reconnect delay we ask browsers for
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    id: int
-    event: EventType
-    data: Mapping[str, Any]
-    json_line: str = ""  # the payload, encoded once however many readers the event goes to
-
-    def __post_init__(self) -> None:
-        if not self.json_line:
-            object.__setattr__(self, "json_line", _json_line(self.data))
-
-    def sse(self, *, retry: int | None = None) -> ServerSentEvent:
-        return ServerSentEvent(data=self.json_line, event=self.event, id=str(self.id), retry=retry)
 
 
 class _Archive(Sequence[Event]):
@@ -358,15 +342,4 @@ def response(
         ping=ping_s,
         send_timeout=SEND_TIMEOUT_S,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
-    )
-
-
-# JSON leaves these raw, and clients that split lines like str.splitlines (httpx's aiter_lines among them)
-# would read a line break there, letting text after it pose as a field: escape them as JSON does others.
-def _json_line(data: Mapping[str, Any]) -> str:
-    return (
-        json.dumps(data, ensure_ascii=False)
-        .replace("\u0085", "\\u0085")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
     )

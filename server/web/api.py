@@ -31,7 +31,7 @@ from server.core.errors import (
 )
 from server.store.sessions import Citation, MessageRow, Store
 from server.streams import streaming
-from server.streams.streaming import Event
+from server.streams.events import Event
 from server.web import health as health_checks
 from server.web import ratelimit
 from server.web.services import Services
