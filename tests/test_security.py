@@ -429,7 +429,7 @@ async def test_a_question_refused_for_too_many_open_answers_spends_nothing_and_s
 
 
 async def test_an_answer_still_streaming_counts_against_the_daily_token_budget(app_server: App, clean_db: str) -> None:
-    from server.chat.run import IN_FLIGHT_TOKENS
+    from server.chat.exchange import IN_FLIGHT_TOKENS
 
     async with app_server(SESSION_DAILY_TOKENS=str(IN_FLIGHT_TOKENS)) as client:
         meta = await ask(client)

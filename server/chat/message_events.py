@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from server.chat.run import ChatService
+from server.chat.service import ChatService
 from server.store.sessions import MessageRow
 from server.streams import replay
 from server.streams.events import Event

@@ -1,28 +1,23 @@
-"""One question, end to end: session, stored question, retrieval, generation, events, stored answer.
+"""The run of one answer: retrieval's outcome in, events published and the reply stored out.
 
-``start`` does the parts that can fail as a plain HTTP error (bad session → 404) and then hands the rest
-to a task of its own, which publishes into a ``MessageStream`` whatever happens to the connection.
-Every failure after that point becomes a notice, a fallback answer or an ``error`` event; the answer is
-written to Postgres once, at the end (no per-token writes).
+``run`` is the task ``exchange.start`` hands an accepted question to: it answers from the book (or the FAQ
+when search is down, or declines), publishes into the ``MessageStream`` whatever happens to the
+connection, and writes the answer to Postgres once, at the end (no per-token writes). Every failure here
+becomes a notice, a fallback answer or an ``error`` event, never an HTTP error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from server.answer.faq import Faq
 from server.answer.generation import (
     Finished,
     GenerationRequest,
-    Generator,
     GenNotice,
     Token,
     Turn,
@@ -30,221 +25,31 @@ from server.answer.generation import (
     cited_numbers,
     invalid_markers,
 )
-from server.answer.prompts import HISTORY_BUDGET_TOKENS
+from server.chat.service import ChatService, Session
 from server.core import logs, metrics
-from server.core.errors import Conflict, DatabaseUnavailable, LLMUnavailable, NotFound, RateLimited, ServiceUnavailable
+from server.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
 from server.core.schemas import ChatRequest
-from server.search.retrieval import CONTEXT_BUDGET_TOKENS, Retrieval, Retriever, Source
-from server.store.sessions import Citation, Completion, Exchange, Store
+from server.search.retrieval import Retrieval, Source
+from server.store.sessions import Citation, Completion, Exchange
 from server.store.writes import AnswerWriter
-from server.streams.capabilities import Capabilities
-from server.streams.streaming import MessageStream, StreamRegistry
+from server.streams.streaming import MessageStream
 
 log = logging.getLogger(__name__)
 
 HISTORY_MESSAGES = 12  # the prompt builder keeps the newest that fit its budget
 
 
-@dataclass
-class ChatService:
-    store: Store | None
-    registry: StreamRegistry
-    retriever: Retriever | None
-    generator: Generator
-    faq: Faq
-    capabilities: Capabilities
-    llm_enabled: bool
-    daily_tokens: int = 50_000  # SESSION_DAILY_TOKENS: a session's budget over the last 24 hours
-    writer: AnswerWriter | None = None  # writes finished answers (with the store)
-
-
-@dataclass(frozen=True)
-class Started:
-    message_id: uuid.UUID
-    session_id: uuid.UUID
-    session_token: str | None
-    stream_url: str
-    created: bool
-
-
-@dataclass(frozen=True)
-class _Session:
-    id: uuid.UUID
-    token: str | None  # only for a session created by this request
-    persisted: bool
-
-
-_NOTICE_HISTORY_OFF = "Chat history is off on this server, so this conversation will not be saved."
-_NOTICE_HISTORY_DOWN = "Your conversation can't be saved right now; the answer itself is not affected."
 _NOTICE_OFFLINE = "No AI model is configured, so this answer quotes the most relevant passages of the book."
 _NOTICE_UNCITED = "This answer does not cite the book, so check it against the sections listed below."
 _NOTICE_BAD_MARKERS = "This answer cites a source number that was not among its sources; those markers are not links."
 _NOTICE_FAQ = "The textbook search is unavailable right now, so here are the closest FAQ entries."
 
 
-async def start(
-    chat: ChatService,
-    request: ChatRequest,
-    *,
-    user_id: str | None = None,
-    caller: str = "",
-    on_finish: Callable[[], Awaitable[None]] | None = None,
-) -> Started:
-    """Store the question and start generating; a repeated ``client_request_id`` attaches to the first answer.
-
-    ``caller`` is who asks (the rate-limit identity: user or client address). A repeat attaches only for the
-    same caller: the same session (its token checked), the same signed-in user, or, for a first question,
-    the same question from the same client; anyone else gets 409. The session token is sent once, in the
-    response that created the session, and never again (replays and repeats omit it).
-    """
-    repeated = await _repeated_request(chat, request, user_id=user_id, caller=caller)
-    if repeated is not None:  # a double click or a retry: attach, and create no second session
-        return Started(
-            repeated.assistant_message_id,
-            repeated.session_id,
-            None,
-            chat.capabilities.stream_url(str(repeated.assistant_message_id)),
-            created=False,
-        )
-    notices: list[tuple[str, str]] = []
-    # Retrieval needs nothing from the database: it runs while the session and the question are stored,
-    # and is dropped if the request is refused or turns out to be a repeat.
-    started = time.perf_counter()
-    retrieval = asyncio.create_task(_retrieve(chat, request))
-    try:
-        session = await _session(chat, request, user_id, caller, notices)
-        exchange = await _exchange(chat, session, request, notices)
-        if exchange is not None and exchange.session_id != session.id:
-            raise Conflict("This client_request_id was already used in another conversation.")
-    except BaseException:
-        _discard(retrieval)
-        raise
-    message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
-    stream_url = chat.capabilities.stream_url(str(message_id))
-    if exchange is not None and not exchange.created:
-        _discard(retrieval)
-        return Started(message_id, exchange.session_id, None, stream_url, created=False)
-    _log_question(request, str(message_id))
-    stream = chat.registry.create(str(message_id))
-    meta_base = {
-        "message_id": str(message_id),
-        "session_id": str(session.id),
-        "stream_url": stream_url,  # no session_token: these events are replayed to whoever holds stream_url
-        "mode": request.mode,
-    }
-    stream.task = asyncio.create_task(
-        _run(chat, stream, request, session, exchange, meta_base, notices, on_finish, retrieval, started),
-        name=f"chat-{message_id}",
-    )
-    return Started(message_id, session.id, session.token, stream_url, created=True)
-
-
-def _log_question(request: ChatRequest, message_id: str) -> None:
-    # The question itself is the reader's words: only at debug (DESIGN.md settings: LOG_LEVEL).
-    facts = {
-        "message_id": message_id,
-        "mode": request.mode,
-        "module_filter": request.module,
-        "chars": len(request.question),
-    }
-    log.info("question received", extra=facts)
-    log.debug("question text", extra={**facts, "question": request.question, "selected_text": request.selected_text})
-
-
-async def _repeated_request(
-    chat: ChatService, request: ChatRequest, *, user_id: str | None, caller: str
-) -> Exchange | None:
-    """A repeated first question (no session yet): its exchange, found before a second session is created,
-    if the same caller asked it (409 otherwise: a client_request_id is not a key to someone else's answer).
-
-    With a session, the repeat goes the usual way (the session's token is checked) and ``start_exchange``
-    finds the earlier exchange itself.
-    """
-    if chat.store is None or request.client_request_id is None or request.session_id is not None:
-        return None
-    try:
-        found = await chat.store.find_exchange(request.client_request_id)
-    except DatabaseUnavailable:
-        return None  # the answer goes on without history; start_exchange is not reached either
-    if found is None:
-        return None
-    if found.owner_user_id is not None:
-        same = user_id == found.owner_user_id
-    else:
-        same = (
-            user_id is None
-            and found.question == request.question
-            and found.caller_digest is not None
-            and hmac.compare_digest(found.caller_digest, chat.capabilities.caller_digest(caller))
-        )
-    if not same:
-        raise Conflict("This client_request_id was already used for another question.", code="duplicate_request")
-    return found
-
-
-async def _session(
-    chat: ChatService, request: ChatRequest, user_id: str | None, caller: str, notices: list[tuple[str, str]]
-) -> _Session:
-    if chat.store is None:
-        notices.append(("history_unavailable", _NOTICE_HISTORY_OFF))
-        return _Session(request.session_id or uuid.uuid4(), None, persisted=False)
-    try:
-        if request.session_id is not None:
-            owned = await chat.store.authorize_session(request.session_id, token=request.session_token, user_id=user_id)
-            if owned is None:
-                raise NotFound("No such session.", code="session_not_found")
-            await _check_token_budget(chat.store, request.session_id, chat.daily_tokens)
-            return _Session(request.session_id, None, persisted=True)
-        created = await chat.store.create_session(
-            user_id=user_id, metadata={"caller": chat.capabilities.caller_digest(caller)}
-        )
-        return _Session(created.id, created.token, persisted=True)
-    except DatabaseUnavailable:
-        notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
-        return _Session(request.session_id or uuid.uuid4(), None, persisted=False)
-
-
-# What an answer still streaming is counted as against SESSION_DAILY_TOKENS until its real usage is stored:
-# a whole prompt (sources and history at their budgets, the rules) and a long answer.
-IN_FLIGHT_TOKENS = CONTEXT_BUDGET_TOKENS + HISTORY_BUDGET_TOKENS + 1000
-
-
-async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) -> None:
-    now = datetime.now(UTC)
-    used = await store.tokens_used_since(session_id, now - timedelta(days=1), in_flight_tokens=IN_FLIGHT_TOKENS)
-    if used >= budget:
-        metrics.RATE_LIMITED.labels("token_budget").inc()
-        raise RateLimited(
-            "This conversation has used its token budget for today. Start a new chat or come back tomorrow.",
-            retry_after=3600,
-            code="token_budget_exhausted",
-        )
-
-
-async def _exchange(
-    chat: ChatService, session: _Session, request: ChatRequest, notices: list[tuple[str, str]]
-) -> Exchange | None:
-    if chat.store is None or not session.persisted:
-        return None
-    try:
-        return await chat.store.start_exchange(
-            session.id,
-            question=request.question,
-            mode="selection" if request.selected_text else "textbook",
-            module_filter=request.module,
-            selected_text=request.selected_text,
-            client_request_id=request.client_request_id,
-        )
-    except DatabaseUnavailable:
-        notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
-        return None
-
-
-async def _run(
+async def run(
     chat: ChatService,
     stream: MessageStream,
     request: ChatRequest,
-    session: _Session,
+    session: Session,
     exchange: Exchange | None,
     meta_base: dict[str, Any],
     notices: list[tuple[str, str]],
@@ -285,8 +90,8 @@ async def _run(
                 },
             )
     finally:
-        _discard(retrieving)
-        _discard(history)
+        discard(retrieving)
+        discard(history)
         metrics.GENERATIONS.dec()
         _record(stream, state, started)
         try:
@@ -337,7 +142,7 @@ class _RunState:
     usage: Usage | None = None
 
 
-async def _retrieve(chat: ChatService, request: ChatRequest) -> Retrieval | None:
+async def retrieve(chat: ChatService, request: ChatRequest) -> Retrieval | None:
     """Retrieval, or None when it is down (the FAQ answers instead)."""
     if chat.retriever is None:
         return None
@@ -498,7 +303,7 @@ async def _answer(
     _done(stream, finish_reason, state, timings)
 
 
-async def _history(chat: ChatService, session: _Session, exchange: Exchange | None) -> list[Turn]:
+async def _history(chat: ChatService, session: Session, exchange: Exchange | None) -> list[Turn]:
     if chat.store is None or not session.persisted or not chat.store.available:
         return []
     if session.token is not None:  # created by this very request: there are no earlier turns
@@ -514,12 +319,6 @@ async def _history(chat: ChatService, session: _Session, exchange: Exchange | No
         if m.id not in current and m.content and (m.role == "user" or m.status == "complete")
     ]
     return turns[-HISTORY_MESSAGES:]
-
-
-def _discard(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` if it still runs; an outcome nobody will read is consumed, not logged as unretrieved."""
-    task.cancel()
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 def _end_cancelled(stream: MessageStream, state: _RunState, started: float) -> None:
@@ -574,3 +373,9 @@ async def _persist(
 
 
 PERSIST_WAIT_S = 2.0  # how long `done` waits for the answer to be in Postgres
+
+
+def discard(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` if it still runs; an outcome nobody will read is consumed, not logged as unretrieved."""
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())

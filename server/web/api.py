@@ -17,9 +17,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from server.chat import exchange as chat_pipeline
 from server.chat import message_events
-from server.chat import run as chat_pipeline
-from server.chat.run import ChatService
+from server.chat.service import ChatService, Started
 from server.core import logs, schemas
 from server.core.errors import (
     BadRequest,
@@ -134,7 +134,7 @@ def require_store(request: Request) -> Store:
 # -- asking -------------------------------------------------------------------------------------------
 
 
-async def _start(request: Request) -> tuple[chat_pipeline.Started, Caller]:
+async def _start(request: Request) -> tuple[Started, Caller]:
     if _draining(request):
         raise ServiceUnavailable(
             "The server is restarting; please ask again in a few seconds.",

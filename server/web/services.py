@@ -22,7 +22,7 @@ from server.web.auth import Authenticator
 from server.web.ratelimit import RateLimiter, StreamSlots
 
 if TYPE_CHECKING:
-    from server.chat.run import ChatService
+    from server.chat.service import ChatService
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     # Imported here so maintenance commands (ingest, purge) do not load the generation stack.
     from server.answer.faq import Faq
     from server.answer.generation import create_generator
-    from server.chat.run import ChatService
+    from server.chat.service import ChatService
     from server.search.calibration import stored
     from server.search.retrieval import Retriever
     from server.streams.capabilities import Capabilities

@@ -1,0 +1,188 @@
+"""One question's bookkeeping: the session, the stored question, repeats and budgets, then the run is started.
+
+``start`` does the parts that can fail as a plain HTTP error (bad session → 404, a reused
+``client_request_id`` → 409, a spent token budget → 429) and then hands the rest to ``run.run``, a task of
+its own that publishes into a ``MessageStream`` whatever happens to the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from server.answer.prompts import HISTORY_BUDGET_TOKENS
+from server.chat.run import discard, retrieve, run
+from server.chat.service import ChatService, Session, Started
+from server.core import metrics
+from server.core.errors import Conflict, DatabaseUnavailable, NotFound, RateLimited
+from server.core.schemas import ChatRequest
+from server.search.retrieval import CONTEXT_BUDGET_TOKENS
+from server.store.sessions import Exchange, Store
+
+log = logging.getLogger(__name__)
+
+_NOTICE_HISTORY_OFF = "Chat history is off on this server, so this conversation will not be saved."
+_NOTICE_HISTORY_DOWN = "Your conversation can't be saved right now; the answer itself is not affected."
+
+
+async def start(
+    chat: ChatService,
+    request: ChatRequest,
+    *,
+    user_id: str | None = None,
+    caller: str = "",
+    on_finish: Callable[[], Awaitable[None]] | None = None,
+) -> Started:
+    """Store the question and start generating; a repeated ``client_request_id`` attaches to the first answer.
+
+    ``caller`` is who asks (the rate-limit identity: user or client address). A repeat attaches only for the
+    same caller: the same session (its token checked), the same signed-in user, or, for a first question,
+    the same question from the same client; anyone else gets 409. The session token is sent once, in the
+    response that created the session, and never again (replays and repeats omit it).
+    """
+    repeated = await _repeated_request(chat, request, user_id=user_id, caller=caller)
+    if repeated is not None:  # a double click or a retry: attach, and create no second session
+        return Started(
+            repeated.assistant_message_id,
+            repeated.session_id,
+            None,
+            chat.capabilities.stream_url(str(repeated.assistant_message_id)),
+            created=False,
+        )
+    notices: list[tuple[str, str]] = []
+    # Retrieval needs nothing from the database: it runs while the session and the question are stored,
+    # and is dropped if the request is refused or turns out to be a repeat.
+    started = time.perf_counter()
+    retrieval = asyncio.create_task(retrieve(chat, request))
+    try:
+        session = await _session(chat, request, user_id, caller, notices)
+        exchange = await _exchange(chat, session, request, notices)
+        if exchange is not None and exchange.session_id != session.id:
+            raise Conflict("This client_request_id was already used in another conversation.")
+    except BaseException:
+        discard(retrieval)
+        raise
+    message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
+    stream_url = chat.capabilities.stream_url(str(message_id))
+    if exchange is not None and not exchange.created:
+        discard(retrieval)
+        return Started(message_id, exchange.session_id, None, stream_url, created=False)
+    _log_question(request, str(message_id))
+    stream = chat.registry.create(str(message_id))
+    meta_base = {
+        "message_id": str(message_id),
+        "session_id": str(session.id),
+        "stream_url": stream_url,  # no session_token: these events are replayed to whoever holds stream_url
+        "mode": request.mode,
+    }
+    stream.task = asyncio.create_task(
+        run(chat, stream, request, session, exchange, meta_base, notices, on_finish, retrieval, started),
+        name=f"chat-{message_id}",
+    )
+    return Started(message_id, session.id, session.token, stream_url, created=True)
+
+
+def _log_question(request: ChatRequest, message_id: str) -> None:
+    # The question itself is the reader's words: only at debug (DESIGN.md settings: LOG_LEVEL).
+    facts = {
+        "message_id": message_id,
+        "mode": request.mode,
+        "module_filter": request.module,
+        "chars": len(request.question),
+    }
+    log.info("question received", extra=facts)
+    log.debug("question text", extra={**facts, "question": request.question, "selected_text": request.selected_text})
+
+
+async def _repeated_request(
+    chat: ChatService, request: ChatRequest, *, user_id: str | None, caller: str
+) -> Exchange | None:
+    """A repeated first question (no session yet): its exchange, found before a second session is created,
+    if the same caller asked it (409 otherwise: a client_request_id is not a key to someone else's answer).
+
+    With a session, the repeat goes the usual way (the session's token is checked) and ``start_exchange``
+    finds the earlier exchange itself.
+    """
+    if chat.store is None or request.client_request_id is None or request.session_id is not None:
+        return None
+    try:
+        found = await chat.store.find_exchange(request.client_request_id)
+    except DatabaseUnavailable:
+        return None  # the answer goes on without history; start_exchange is not reached either
+    if found is None:
+        return None
+    if found.owner_user_id is not None:
+        same = user_id == found.owner_user_id
+    else:
+        same = (
+            user_id is None
+            and found.question == request.question
+            and found.caller_digest is not None
+            and hmac.compare_digest(found.caller_digest, chat.capabilities.caller_digest(caller))
+        )
+    if not same:
+        raise Conflict("This client_request_id was already used for another question.", code="duplicate_request")
+    return found
+
+
+async def _session(
+    chat: ChatService, request: ChatRequest, user_id: str | None, caller: str, notices: list[tuple[str, str]]
+) -> Session:
+    if chat.store is None:
+        notices.append(("history_unavailable", _NOTICE_HISTORY_OFF))
+        return Session(request.session_id or uuid.uuid4(), None, persisted=False)
+    try:
+        if request.session_id is not None:
+            owned = await chat.store.authorize_session(request.session_id, token=request.session_token, user_id=user_id)
+            if owned is None:
+                raise NotFound("No such session.", code="session_not_found")
+            await _check_token_budget(chat.store, request.session_id, chat.daily_tokens)
+            return Session(request.session_id, None, persisted=True)
+        created = await chat.store.create_session(
+            user_id=user_id, metadata={"caller": chat.capabilities.caller_digest(caller)}
+        )
+        return Session(created.id, created.token, persisted=True)
+    except DatabaseUnavailable:
+        notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
+        return Session(request.session_id or uuid.uuid4(), None, persisted=False)
+
+
+# What an answer still streaming is counted as against SESSION_DAILY_TOKENS until its real usage is stored:
+# a whole prompt (sources and history at their budgets, the rules) and a long answer.
+IN_FLIGHT_TOKENS = CONTEXT_BUDGET_TOKENS + HISTORY_BUDGET_TOKENS + 1000
+
+
+async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) -> None:
+    now = datetime.now(UTC)
+    used = await store.tokens_used_since(session_id, now - timedelta(days=1), in_flight_tokens=IN_FLIGHT_TOKENS)
+    if used >= budget:
+        metrics.RATE_LIMITED.labels("token_budget").inc()
+        raise RateLimited(
+            "This conversation has used its token budget for today. Start a new chat or come back tomorrow.",
+            retry_after=3600,
+            code="token_budget_exhausted",
+        )
+
+
+async def _exchange(
+    chat: ChatService, session: Session, request: ChatRequest, notices: list[tuple[str, str]]
+) -> Exchange | None:
+    if chat.store is None or not session.persisted:
+        return None
+    try:
+        return await chat.store.start_exchange(
+            session.id,
+            question=request.question,
+            mode="selection" if request.selected_text else "textbook",
+            module_filter=request.module,
+            selected_text=request.selected_text,
+            client_request_id=request.client_request_id,
+        )
+    except DatabaseUnavailable:
+        notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
+        return None

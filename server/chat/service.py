@@ -1,0 +1,43 @@
+"""What an exchange and its answer's run share: the chat service's clients and what starting one returns."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from server.answer.faq import Faq
+from server.answer.generation import Generator
+from server.search.retrieval import Retriever
+from server.store.sessions import Store
+from server.store.writes import AnswerWriter
+from server.streams.capabilities import Capabilities
+from server.streams.streaming import StreamRegistry
+
+
+@dataclass
+class ChatService:
+    store: Store | None
+    registry: StreamRegistry
+    retriever: Retriever | None
+    generator: Generator
+    faq: Faq
+    capabilities: Capabilities
+    llm_enabled: bool
+    daily_tokens: int = 50_000  # SESSION_DAILY_TOKENS: a session's budget over the last 24 hours
+    writer: AnswerWriter | None = None  # writes finished answers (with the store)
+
+
+@dataclass(frozen=True)
+class Started:
+    message_id: uuid.UUID
+    session_id: uuid.UUID
+    session_token: str | None
+    stream_url: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class Session:
+    id: uuid.UUID
+    token: str | None  # only for a session created by this request
+    persisted: bool
