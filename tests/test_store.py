@@ -10,7 +10,9 @@ import psycopg
 import pytest
 
 from server.core.errors import DatabaseUnavailable
-from server.store.sessions import Citation, Completion, Store, create_pool, hash_token
+from server.store.database import create_pool
+from server.store.rows import Citation, Completion, hash_token
+from server.store.sessions import Store
 
 
 def _citation(position: int) -> Citation:

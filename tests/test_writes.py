@@ -9,7 +9,9 @@ from pathlib import Path
 
 import psycopg
 
-from server.store.sessions import Citation, Completion, Store, create_pool
+from server.store.database import create_pool
+from server.store.rows import Citation, Completion
+from server.store.sessions import Store
 from server.store.writes import AnswerWriter
 from tests.conftest import CLOSED_PORT_PG_URL
 

@@ -22,7 +22,8 @@ from server.core import metrics
 from server.core.errors import Conflict, DatabaseUnavailable, NotFound, RateLimited
 from server.core.schemas import ChatRequest
 from server.search.retrieval import CONTEXT_BUDGET_TOKENS
-from server.store.sessions import Exchange, Store
+from server.store.rows import Exchange
+from server.store.sessions import Store
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from server.chat.service import ChatService
-from server.store.sessions import MessageRow
+from server.store.rows import MessageRow
 from server.streams import replay
 from server.streams.events import Event
 from server.streams.relay import STALL_LIMIT_S

@@ -30,7 +30,7 @@ from server.core import logs, metrics
 from server.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
 from server.core.schemas import ChatRequest
 from server.search.retrieval import Retrieval, Source
-from server.store.sessions import Citation, Completion, Exchange
+from server.store.rows import Citation, Completion, Exchange
 from server.store.writes import AnswerWriter
 from server.streams.streaming import MessageStream
 

@@ -1,189 +1,45 @@
 """Postgres: sessions, messages and citations. All SQL of the service lives here.
 
-Every call is bounded by DB_TIMEOUT_S and turns any database failure into
-``DatabaseUnavailable``; after a failure the store fails fast for a few seconds (a small circuit
-breaker) so a dead database costs readers nothing but a notice.
+The queries are ``Store``'s; the pool, time limits and circuit breaker they run under are ``Database``'s
+(database.py), and the values they read and write are in rows.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import hmac
 import logging
 import secrets
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal, NoReturn
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from server.core import metrics
-from server.core.errors import DatabaseUnavailable
+from server.store.database import Database
+from server.store.rows import (
+    Citation,
+    Completion,
+    Exchange,
+    MessageRow,
+    Mode,
+    NewSession,
+    Rating,
+    SessionRow,
+    SessionSummary,
+    hash_token,
+)
 
 log = logging.getLogger(__name__)
 
-Role = Literal["user", "assistant"]
-Status = Literal["streaming", "complete", "interrupted", "failed"]
-Mode = Literal["textbook", "selection"]
-Rating = Literal["up", "down"]
-
-_BREAKER_S = 5.0  # how long to fail fast after the database failed
-_TRIP_AFTER = 3  # failed queries in a row (none succeeding between them) that open the breaker
 _PURGE_BATCH_TIMEOUT_S = 60.0  # a purge batch may legitimately take longer than an interactive query
 
 
-@dataclass(frozen=True)
-class NewSession:
-    id: uuid.UUID
-    token: str  # shown to the client once; only its hash is stored
-
-
-@dataclass(frozen=True)
-class SessionRow:
-    id: uuid.UUID
-    user_id: str | None
-    created_at: datetime
-    last_activity_at: datetime
-    metadata: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    id: uuid.UUID
-    created_at: datetime
-    last_activity_at: datetime
-    title: str  # the first question, shortened
-    message_count: int
-
-
-@dataclass(frozen=True)
-class Citation:
-    position: int
-    chunk_id: str
-    module: str | None
-    chapter: str | None
-    title: str | None
-    url: str
-    relevance_score: float | None
-    excerpt: str | None
-
-
-@dataclass(frozen=True)
-class MessageRow:
-    id: uuid.UUID
-    session_id: uuid.UUID
-    role: Role
-    content: str
-    status: Status
-    mode: Mode
-    module_filter: str | None
-    selected_text: str | None
-    confidence: float | None
-    model: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_ms: int | None
-    feedback: Rating | None
-    feedback_comment: str | None
-    client_request_id: uuid.UUID | None
-    created_at: datetime
-    citations: tuple[Citation, ...] = field(default=())
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One question: the stored user message and the assistant message that answers it."""
-
-    session_id: uuid.UUID
-    user_message_id: uuid.UUID
-    assistant_message_id: uuid.UUID
-    created: bool  # False when a client_request_id matched an earlier question
-    # For a matched earlier question: who asked it, so a repeat can be checked to come from the same caller.
-    question: str | None = None
-    owner_user_id: str | None = None
-    caller_digest: str | None = None
-
-
-@dataclass(frozen=True)
-class Completion:
-    """What the assistant message holds when generation ends."""
-
-    content: str
-    status: Status
-    confidence: float | None = None
-    model: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    latency_ms: int | None = None
-    citations: Sequence[Citation] = ()
-
-
-def hash_token(token: str) -> str:
-    # Session tokens are 256-bit random values, so a fast hash is enough: there is nothing to brute-force.
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def create_pool(
-    database_url: str, *, timeout_s: float, max_size: int = 20, queue_timeout_s: float | None = None
-) -> AsyncConnectionPool:
-    """A closed pool; ``Store.open`` opens it without waiting, so start-up works while Postgres is down."""
-    statement_ms = max(1, int(timeout_s * 1000))
-    return AsyncConnectionPool(
-        database_url,
-        min_size=1,
-        max_size=max_size,
-        open=False,
-        timeout=queue_timeout_s if queue_timeout_s is not None else timeout_s,  # waiting for a free connection
-        reconnect_timeout=0,  # keep retrying in the background for as long as the database is away
-        kwargs={
-            # One round trip per single-statement call (no BEGIN, no COMMIT); multi-statement writes use
-            # conn.transaction(). On the question's path that is 3 round trips fewer per call.
-            "autocommit": True,
-            "connect_timeout": max(2, int(timeout_s + 0.999)),  # libpq takes whole seconds, at least 2
-            "options": f"-c statement_timeout={statement_ms}",
-            "application_name": "textbook-chat",
-        },
-    )
-
-
-class Store:
-    def __init__(self, pool: AsyncConnectionPool, *, timeout_s: float) -> None:
-        self._pool = pool
-        self._timeout_s = timeout_s
-        self._down_until = 0.0
-        self._working = False  # a query succeeded since start-up or the last failure
-        self._failures = 0  # failed blocks since the last one that worked
-
-    async def open(self) -> None:
-        await self._pool.open(wait=False)
-
-    async def close(self) -> None:
-        await self._pool.close(timeout=self._timeout_s)
-
-    @property
-    def available(self) -> bool:
-        """False while the breaker is open (a recent failure); callers may skip optional writes."""
-        return time.monotonic() >= self._down_until
-
-    async def ping(self, timeout_s: float | None = None) -> bool:
-        """One ``SELECT 1`` within ``timeout_s``; ignores the breaker (health checks probe for recovery)."""
-        try:
-            async with asyncio.timeout(timeout_s or self._timeout_s):
-                async with self._pool.connection(timeout=timeout_s or self._timeout_s) as conn:
-                    await conn.execute("SELECT 1")
-        except (TimeoutError, PoolTimeout, psycopg.Error, OSError):
-            return False
-        self._down_until = 0.0
-        self._working = True
-        return True
+class Store(Database):
+    """Sessions, their messages and citations, feedback, token budgets, and purging old sessions."""
 
     # -- sessions ---------------------------------------------------------------------------------
 
@@ -452,81 +308,6 @@ class Store:
             if len(ids) < batch_size:
                 metrics.purged(total)
                 return total
-
-    @asynccontextmanager
-    async def connection(self, *, timeout_s: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection for read-mostly tools (the report); committed when the block ends."""
-        async with self._conn(timeout_s=timeout_s) as conn:
-            yield conn
-
-    # -- helpers ----------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _conn(self, *, timeout_s: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection; the block gets ``timeout_s`` once it has one.
-
-        Waiting for a free connection (a burst: every connection busy) is bounded by the pool's own timeout
-        (DB_QUEUE_TIMEOUT_S), not by ``timeout_s``, and does not open the breaker: the database is busy, not
-        down. Postgres holds each statement to ``timeout_s`` (statement_timeout); the block as a whole gets
-        twice that and a second more, a guard against a peer that stopped answering, generous because a busy
-        event loop or a batch of statements is not a dead database. The breaker opens when the pool has no
-        connection at all, or after ``_TRIP_AFTER`` failed blocks in a row: one slow query in a burst that
-        otherwise works fails alone.
-        """
-        if not self.available:
-            raise DatabaseUnavailable("Chat history is temporarily unavailable.")
-        limit = timeout_s or self._timeout_s
-        connected = self._working
-        try:
-            async with AsyncExitStack() as stack:
-                conn = await self._acquire(stack, limit)
-                async with asyncio.timeout(2 * limit + 1.0):
-                    yield conn
-            self._working, self._failures = True, 0
-        except PoolTimeout as exc:
-            if connected or self._working:
-                log.warning("database busy: no free connection within the queue timeout")
-                raise DatabaseUnavailable("Chat history is busy right now.") from exc
-            self._trip(exc)
-        except (TimeoutError, psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-            self._failures += 1
-            if self._failures >= _TRIP_AFTER:
-                self._trip(exc)
-            log.warning("database query failed: %s (%d in a row)", type(exc).__name__, self._failures)
-            raise DatabaseUnavailable("Chat history is temporarily unavailable.") from exc
-
-    async def _acquire(self, stack: AsyncExitStack, limit: float) -> psycopg.AsyncConnection[Any]:
-        """A free connection, released when ``stack`` closes.
-
-        Right after a query worked, no free connection means a burst: wait in the queue (DB_QUEUE_TIMEOUT_S).
-        Otherwise (start-up, or after a failure) the database may be away: give up within ``limit``, unless
-        another query got through meanwhile (a burst that came before the first answer), then queue as well.
-        """
-        if not self._working:
-            try:
-                return await stack.enter_async_context(self._pool.connection(timeout=limit))
-            except PoolTimeout:
-                if not self._working:
-                    raise
-        return await stack.enter_async_context(self._pool.connection())
-
-    def _trip(self, exc: BaseException) -> NoReturn:
-        self._working, self._failures = False, 0
-        self._down_until = time.monotonic() + _BREAKER_S
-        log.warning("database unavailable: %s", type(exc).__name__)
-        raise DatabaseUnavailable("Chat history is temporarily unavailable.") from exc
-
-    async def _fetchone(self, query: str, params: Sequence[Any]) -> dict[str, Any] | None:
-        async with self._conn() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(query, params)
-            return await cur.fetchone()
-
-    async def _fetchall(self, query: str, params: Sequence[Any]) -> list[dict[str, Any]]:
-        async with self._conn() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(query, params)
-            return await cur.fetchall()
 
     async def _exchange_for_request(
         self, conn: psycopg.AsyncConnection[Any], client_request_id: uuid.UUID

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from server.core.errors import DatabaseUnavailable
-from server.store.sessions import Citation, Completion, Store
+from server.store.rows import Citation, Completion
+from server.store.sessions import Store
 
 log = logging.getLogger(__name__)
 

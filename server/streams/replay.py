@@ -11,7 +11,7 @@ from typing import Any
 
 from server.answer.generation import invalid_markers
 from server.search import confidence
-from server.store.sessions import MessageRow
+from server.store.rows import MessageRow
 from server.streams.events import Event
 
 _FINISH = {"complete": "stop", "interrupted": "cancelled"}

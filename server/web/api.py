@@ -29,7 +29,8 @@ from server.core.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from server.store.sessions import Citation, MessageRow, Store
+from server.store.rows import Citation, MessageRow
+from server.store.sessions import Store
 from server.streams import streaming
 from server.streams.events import Event
 from server.web import health as health_checks

@@ -17,7 +17,8 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from server.core.settings import Settings
 from server.index.embeddings import Embedder, create_embedder
 from server.index.vectors import VectorIndex
-from server.store.sessions import Store, create_pool
+from server.store.database import create_pool
+from server.store.sessions import Store
 from server.web.auth import Authenticator
 from server.web.ratelimit import RateLimiter, StreamSlots
 

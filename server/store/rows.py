@@ -1,0 +1,106 @@
+"""What the store reads and writes, as values: sessions, messages, exchanges, completions and citations."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+Status = Literal["streaming", "complete", "interrupted", "failed"]
+Mode = Literal["textbook", "selection"]
+Rating = Literal["up", "down"]
+
+
+@dataclass(frozen=True)
+class NewSession:
+    id: uuid.UUID
+    token: str  # shown to the client once; only its hash is stored
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    id: uuid.UUID
+    user_id: str | None
+    created_at: datetime
+    last_activity_at: datetime
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    id: uuid.UUID
+    created_at: datetime
+    last_activity_at: datetime
+    title: str  # the first question, shortened
+    message_count: int
+
+
+@dataclass(frozen=True)
+class Citation:
+    position: int
+    chunk_id: str
+    module: str | None
+    chapter: str | None
+    title: str | None
+    url: str
+    relevance_score: float | None
+    excerpt: str | None
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    id: uuid.UUID
+    session_id: uuid.UUID
+    role: Role
+    content: str
+    status: Status
+    mode: Mode
+    module_filter: str | None
+    selected_text: str | None
+    confidence: float | None
+    model: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_ms: int | None
+    feedback: Rating | None
+    feedback_comment: str | None
+    client_request_id: uuid.UUID | None
+    created_at: datetime
+    citations: tuple[Citation, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One question: the stored user message and the assistant message that answers it."""
+
+    session_id: uuid.UUID
+    user_message_id: uuid.UUID
+    assistant_message_id: uuid.UUID
+    created: bool  # False when a client_request_id matched an earlier question
+    # For a matched earlier question: who asked it, so a repeat can be checked to come from the same caller.
+    question: str | None = None
+    owner_user_id: str | None = None
+    caller_digest: str | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What the assistant message holds when generation ends."""
+
+    content: str
+    status: Status
+    confidence: float | None = None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: int | None = None
+    citations: Sequence[Citation] = ()
+
+
+def hash_token(token: str) -> str:
+    # Session tokens are 256-bit random values, so a fast hash is enough: there is nothing to brute-force.
+    return hashlib.sha256(token.encode()).hexdigest()
