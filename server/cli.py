@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    """uvicorn with the app factory; SIGTERM drains first (app.Drain), then uvicorn's own shutdown runs."""
+    """uvicorn with the app factory; SIGTERM drains first (web/drain.py), then uvicorn's own shutdown runs."""
     import uvicorn
 
     if args.workers < 1:
@@ -139,7 +139,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             workers=args.workers,
             log_config=None,
             proxy_headers=False,  # client addresses come from TRUSTED_PROXIES, not from uvicorn
-            # Answers have had SHUTDOWN_GRACE_S by the time uvicorn shuts down (app.Drain): what is left is
+            # Answers have had SHUTDOWN_GRACE_S by the time uvicorn shuts down (web/drain.py): what is left is
             # sending their last events and closing idle connections.
             timeout_graceful_shutdown=SHUTDOWN_FLUSH_S,
         )
