@@ -198,7 +198,7 @@ def test_a_dead_processes_open_streams_drop_out_but_its_counters_still_count(tmp
     shared.mkdir()
     # A worker that dies without its shutdown (os._exit): its live gauge file is left behind.
     _python(
-        "import os; from server import metrics; metrics.OPEN_STREAMS.inc(); "
+        "import os; from server.core import metrics; metrics.OPEN_STREAMS.inc(); "
         "metrics.observe_request('/api/chat', 'POST', 200, 0.1); os._exit(0)",
         {"PROMETHEUS_MULTIPROC_DIR": str(shared)},
     )
