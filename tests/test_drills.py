@@ -300,6 +300,9 @@ async def test_postgres_killed_mid_answer_then_restarted(
         # The answer that was streaming when Postgres died is stored once it is back.
         interrupted_id = killed_during[0].json()["message_id"]
         await until(lambda: stored(database_url, interrupted_id) == (LONG_ANSWER, "complete"), "answer lost")
+        # So is the question asked while it was away, with its answer: nothing a reader wrote is lost.
+        asked_during = during[0].json()["message_id"]
+        await until(lambda: stored(database_url, asked_during) == (LONG_ANSWER, "complete"), "question lost")
 
     for stream in (before, killed_during, during, after):
         assert ended_well(stream) and of_type(stream, "done")[0]["finish_reason"] == "stop"

@@ -1,16 +1,18 @@
-"""Finished answers are written in batches, waited for while Postgres is away, and spilled to disk on shutdown."""
+"""Finished answers are written in batches, waited for while Postgres is away, and spilled to disk on shutdown;
+a question the store could not take when it was asked is written with its answer, into a session its asker owns."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 
 from server.store.database import create_pool
-from server.store.rows import Citation, Completion
+from server.store.rows import Citation, Completion, LateQuestion, hash_token
 from server.store.sessions import Store
 from server.store.writes import AnswerWriter
 from tests.conftest import CLOSED_PORT_PG_URL
@@ -100,3 +102,123 @@ async def test_a_spill_file_cut_short_loses_only_its_unreadable_line(
         await asyncio.sleep(0.05)
     await writer.close(drain_s=1)
     assert _stored(clean_db, ids) == [("kept", "complete", 0), ("", "streaming", 0)]
+
+
+def _late(session_id: uuid.UUID, *, new: bool, token: str | None, question: str = "What is a ZMP?") -> LateQuestion:
+    return LateQuestion(
+        session_id=session_id,
+        new_session=new,
+        token_hash=None if token is None else hash_token(token),
+        user_id=None,
+        user_message_id=uuid.uuid4(),
+        asked_at=datetime.now(UTC),
+        question=question,
+        module_filter="01-foundations",
+        client_request_id=uuid.uuid4(),
+    )
+
+
+def _conversation(url: str, session_id: uuid.UUID) -> list[tuple[str, str, str]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT role, content, status FROM chat_messages WHERE session_id = %s ORDER BY created_at, role DESC",
+            (session_id,),
+        ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+async def test_a_question_the_store_missed_is_written_with_its_answer_into_a_new_session(
+    store: Store, clean_db: str, tmp_path: Path
+) -> None:
+    writer = AnswerWriter(store, tmp_path / "spill")
+    await writer.start()
+    session_id, answer_id = uuid.uuid4(), uuid.uuid4()
+    late = _late(session_id, new=True, token="nobody-holds-this")
+    await asyncio.wait_for(writer.submit(answer_id, _answer(0), late), timeout=10)
+    again = _late(session_id, new=True, token="nobody-holds-this")  # the same request retried: written once
+    again = LateQuestion(**{**again.__dict__, "client_request_id": late.client_request_id})
+    await asyncio.wait_for(writer.submit(uuid.uuid4(), _answer(1), again), timeout=10)
+    await writer.close(drain_s=1)
+    assert _conversation(clean_db, session_id) == [
+        ("user", "What is a ZMP?", "complete"),
+        ("assistant", "answer 0 [1]", "complete"),
+    ]
+    assert _stored(clean_db, [answer_id]) == [("answer 0 [1]", "complete", 1)]
+
+
+async def test_a_missed_question_goes_only_into_a_session_its_asker_owns(
+    store: Store, clean_db: str, tmp_path: Path
+) -> None:
+    owned = await store.create_session()
+    writer = AnswerWriter(store, tmp_path / "spill")
+    await writer.start()
+    mine = writer.submit(uuid.uuid4(), _answer(0), _late(owned.id, new=False, token=owned.token, question="mine"))
+    forged = writer.submit(uuid.uuid4(), _answer(1), _late(owned.id, new=False, token="a guess", question="forged"))
+    tokenless = writer.submit(uuid.uuid4(), _answer(2), _late(owned.id, new=False, token=None, question="none"))
+    gone = writer.submit(uuid.uuid4(), _answer(3), _late(uuid.uuid4(), new=False, token=owned.token, question="gone"))
+    await asyncio.wait_for(asyncio.gather(mine, forged, tokenless, gone), timeout=10)
+    await writer.close(drain_s=1)
+    assert _conversation(clean_db, owned.id) == [
+        ("user", "mine", "complete"),
+        ("assistant", "answer 0 [1]", "complete"),
+    ]
+    with psycopg.connect(clean_db) as conn:
+        assert conn.execute("SELECT count(*) FROM chat_messages").fetchone() == (2,)
+
+
+async def test_a_missed_question_unwritten_at_shutdown_is_spilled_with_its_answer_and_written_at_the_next_start(
+    store: Store, clean_db: str, tmp_path: Path
+) -> None:
+    spill = tmp_path / "spill"
+    session_id, answer_id = uuid.uuid4(), uuid.uuid4()
+    away = Store(create_pool(CLOSED_PORT_PG_URL, timeout_s=0.3), timeout_s=0.3)
+    await away.open()
+    try:
+        down = AnswerWriter(away, spill)
+        await down.start()
+        down.submit(answer_id, _answer(0), _late(session_id, new=True, token="t"))
+        await down.close(drain_s=0.5)
+    finally:
+        await away.close()
+    assert _conversation(clean_db, session_id) == []
+    back = AnswerWriter(store, spill)
+    await back.start()
+    for _ in range(100):
+        if _conversation(clean_db, session_id) and not list(spill.glob("*.jsonl")):
+            break
+        await asyncio.sleep(0.05)
+    await back.close(drain_s=1)
+    assert _conversation(clean_db, session_id) == [
+        ("user", "What is a ZMP?", "complete"),
+        ("assistant", "answer 0 [1]", "complete"),
+    ]
+    with psycopg.connect(clean_db) as conn:
+        assert conn.execute("SELECT module_filter FROM chat_messages WHERE role = 'user'").fetchone() == (
+            "01-foundations",
+        )
+
+
+async def test_an_answer_postgres_refuses_is_set_aside_and_the_rest_of_its_batch_is_written(
+    store: Store, clean_db: str, tmp_path: Path
+) -> None:
+    ids = await _exchanges(store, 4)
+    spill = tmp_path / "spill"
+    writer = AnswerWriter(store, spill)
+    await writer.start()
+    bad = Completion(content="a NUL \x00 Postgres text cannot hold", status="complete")
+    batch = [writer.submit(ids[0], _answer(0)), writer.submit(ids[1], bad), writer.submit(ids[2], _answer(2))]
+    await asyncio.wait_for(asyncio.gather(*batch), timeout=10)
+    await asyncio.wait_for(writer.submit(ids[3], _answer(3)), timeout=10)  # the writer goes on
+    await writer.close(drain_s=1)
+    assert _stored(clean_db, ids) == [
+        ("answer 0 [1]", "complete", 1),
+        ("", "streaming", 0),
+        ("answer 2 [1]", "complete", 1),
+        ("answer 3 [1]", "complete", 1),
+    ]
+    (rejected,) = spill.glob("rejected-*.jsonl")
+    assert json.loads(rejected.read_text())["message_id"] == str(ids[1])
+    again = AnswerWriter(store, spill)  # a restart does not try it again
+    await again.start()
+    await again.close(drain_s=0.2)
+    assert list(spill.glob("*.jsonl")) == [rejected]

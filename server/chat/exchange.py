@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from server.core import metrics
 from server.core.errors import Conflict, DatabaseUnavailable, NotFound, RateLimited
 from server.core.schemas import ChatRequest
 from server.search.retrieval import CONTEXT_BUDGET_TOKENS
-from server.store.rows import Exchange
+from server.store.rows import Exchange, LateQuestion, hash_token
 from server.store.sessions import Store
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ async def start(
     # and is dropped if the request is refused or turns out to be a repeat.
     started = time.perf_counter()
     retrieval = asyncio.create_task(retrieve(chat, request))
+    asked_at = datetime.now(UTC)
     try:
         session = await _session(chat, request, user_id, caller, notices)
         exchange = await _exchange(chat, session, request, notices)
@@ -69,6 +71,10 @@ async def start(
         discard(retrieval)
         raise
     message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
+    # The database could not take the question in time: it goes to the answer writer with its answer.
+    late = (
+        None if chat.store is None or exchange is not None else _late(chat, request, session, user_id, caller, asked_at)
+    )
     stream_url = chat.capabilities.stream_url(str(message_id))
     if exchange is not None and not exchange.created:
         discard(retrieval)
@@ -82,10 +88,35 @@ async def start(
         "mode": request.mode,
     }
     stream.task = asyncio.create_task(
-        run(chat, stream, request, session, exchange, meta_base, notices, on_finish, retrieval, started),
+        run(chat, stream, request, session, exchange, meta_base, notices, on_finish, retrieval, started, late),
         name=f"chat-{message_id}",
     )
     return Started(message_id, session.id, session.token, stream_url, created=True)
+
+
+def _late(
+    chat: ChatService, request: ChatRequest, session: Session, user_id: str | None, caller: str, asked_at: datetime
+) -> LateQuestion:
+    """The question as the answer writer will store it: into the session it was asked in, proved as then (its
+    token, or the signed-in user), or into a new one when this question was to create it. A new session's
+    token never reached the reader (the session did not exist yet), so only its owner, if signed in, can
+    reopen it; the question is kept all the same, for the conversation's record and the authors' report."""
+    new_session = request.session_id is None and session.token is None
+    token = secrets.token_urlsafe(32) if new_session else (session.token or request.session_token)
+    return LateQuestion(
+        session_id=session.id,
+        new_session=new_session,
+        token_hash=None if token is None else hash_token(token),
+        user_id=user_id,
+        user_message_id=uuid.uuid4(),
+        asked_at=asked_at,
+        question=request.question,
+        mode="selection" if request.selected_text else "textbook",
+        module_filter=request.module,
+        selected_text=request.selected_text,
+        client_request_id=request.client_request_id,
+        session_metadata={"caller": chat.capabilities.caller_digest(caller)},
+    )
 
 
 def _log_question(request: ChatRequest, message_id: str) -> None:

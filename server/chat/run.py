@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from server.core import logs, metrics
 from server.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
 from server.core.schemas import ChatRequest
 from server.search.retrieval import Retrieval, Source
-from server.store.rows import Citation, Completion, Exchange
+from server.store.rows import Citation, Completion, Exchange, LateQuestion
 from server.store.writes import AnswerWriter
 from server.streams.streaming import MessageStream
 
@@ -56,11 +57,15 @@ async def run(
     on_finish: Callable[[], Awaitable[None]] | None,
     retrieving: asyncio.Task[Retrieval | None],
     started: float,
+    late: LateQuestion | None = None,
 ) -> None:
+    """Answer ``request`` into ``stream``, then queue the answer for Postgres: into ``exchange`` when the
+    question was stored as it was asked, or with ``late`` (the question, written with its answer) when not."""
     logs.bind_message(stream.message_id)
     state = _RunState()
     metrics.GENERATIONS.inc()
-    stream.hold_terminal = exchange is not None and chat.store is not None
+    stored = exchange is not None or late is not None
+    stream.hold_terminal = stored and chat.store is not None
     # The earlier turns are read while retrieval runs; a FAQ answer or a decline does not need them.
     history = asyncio.create_task(_history(chat, session, exchange))
     try:
@@ -95,8 +100,8 @@ async def run(
         metrics.GENERATIONS.dec()
         _record(stream, state, started)
         try:
-            if exchange is not None and chat.writer is not None:
-                await _persist(chat.writer, exchange, stream, state, started)
+            if stored and chat.writer is not None:
+                await _persist(chat.writer, uuid.UUID(stream.message_id), late, stream, state, started)
         finally:
             stream.release()  # the terminal event, held until the answer was stored (streaming.py)
         if on_finish is not None:
@@ -336,7 +341,12 @@ def _end_cancelled(stream: MessageStream, state: _RunState, started: float) -> N
 
 
 async def _persist(
-    writer: AnswerWriter, exchange: Exchange, stream: MessageStream, state: _RunState, started: float
+    writer: AnswerWriter,
+    message_id: uuid.UUID,
+    late: LateQuestion | None,
+    stream: MessageStream,
+    state: _RunState,
+    started: float,
 ) -> None:
     by_n = {s.n: s for s in state.sources}
     citations = [
@@ -363,13 +373,13 @@ async def _persist(
         latency_ms=int((time.perf_counter() - started) * 1000),
         citations=citations,
     )
-    written = writer.submit(exchange.assistant_message_id, completion)
+    written = writer.submit(message_id, completion, late)
     try:
         # The terminal event waits for the write (history read right after `done` has the answer), but only
         # briefly: in an outage or a burst the writer keeps the answer and the reader is not held up.
         await asyncio.wait_for(asyncio.shield(written), timeout=PERSIST_WAIT_S)
     except TimeoutError:
-        log.info("answer queued for writing", extra={"message_id": str(exchange.assistant_message_id)})
+        log.info("answer queued for writing", extra={"message_id": str(message_id)})
 
 
 PERSIST_WAIT_S = 2.0  # how long `done` waits for the answer to be in Postgres

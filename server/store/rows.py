@@ -101,6 +101,27 @@ class Completion:
     citations: Sequence[Citation] = ()
 
 
+@dataclass(frozen=True)
+class LateQuestion:
+    """A question the store could not take when it was asked (the database away, or too slow to answer in
+    time): the answer writer writes it with its answer once the database is back, so nothing a reader wrote
+    is lost. It is written only into a session ``token_hash`` or ``user_id`` owns, checked at write time, as
+    when it was asked; ``new_session`` creates that session (its token never reached the reader)."""
+
+    session_id: uuid.UUID
+    new_session: bool
+    token_hash: str | None
+    user_id: str | None
+    user_message_id: uuid.UUID
+    asked_at: datetime
+    question: str
+    mode: Mode = "textbook"
+    module_filter: str | None = None
+    selected_text: str | None = None
+    client_request_id: uuid.UUID | None = None
+    session_metadata: dict[str, Any] = field(default_factory=dict)
+
+
 def hash_token(token: str) -> str:
     # Session tokens are 256-bit random values, so a fast hash is enough: there is nothing to brute-force.
     return hashlib.sha256(token.encode()).hexdigest()

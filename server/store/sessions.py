@@ -24,6 +24,7 @@ from server.store.rows import (
     Citation,
     Completion,
     Exchange,
+    LateQuestion,
     MessageRow,
     Mode,
     NewSession,
@@ -166,11 +167,19 @@ class Store(Database):
         """Write the answer, its usage and its citations in one transaction (no per-token writes)."""
         await self.finish_messages([(message_id, completion)])
 
-    async def finish_messages(self, batch: Sequence[tuple[uuid.UUID, Completion]]) -> None:
-        """``finish_message`` for many answers in one transaction (the answer writer's batches); idempotent."""
+    async def finish_messages(
+        self, batch: Sequence[tuple[uuid.UUID, Completion]], late: Sequence[tuple[uuid.UUID, LateQuestion]] = ()
+    ) -> None:
+        """``finish_message`` for many answers in one transaction (the answer writer's batches); idempotent.
+
+        ``late`` holds, by answer id, the questions that could not be stored when they were asked: each is
+        written first (with its session, if the question was to create one), then its answer like the rest.
+        """
         if not batch:
             return
         async with self._conn() as conn, conn.pipeline(), conn.transaction():
+            if late:
+                await self._insert_late(conn, late)
             async with conn.cursor() as cur:
                 await cur.executemany(
                     """
@@ -198,6 +207,45 @@ class Store(Database):
                 "UPDATE chat_sessions SET last_activity_at = now() "
                 "WHERE id IN (SELECT session_id FROM chat_messages WHERE id = ANY(%s))",
                 ([message_id for message_id, _ in batch],),
+            )
+
+    async def _insert_late(
+        self, conn: psycopg.AsyncConnection[Any], late: Sequence[tuple[uuid.UUID, LateQuestion]]
+    ) -> None:
+        """The questions (and empty answers) of ``late``, each only into a session its asker owns; a question
+        whose ``client_request_id`` is already stored, or whose session is gone, writes nothing."""
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO chat_sessions (id, user_id, token_hash, metadata) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (id) DO NOTHING",
+                [
+                    (q.session_id, q.user_id, q.token_hash, Jsonb(q.session_metadata))
+                    for _, q in late
+                    if q.new_session and q.token_hash is not None
+                ],
+            )
+            await cur.executemany(
+                """
+                WITH owned AS (
+                    SELECT id FROM chat_sessions
+                    WHERE id = %(session_id)s AND (token_hash = %(token_hash)s OR user_id = %(user_id)s)
+                ), question AS (
+                    INSERT INTO chat_messages (id, session_id, role, content, status, mode, module_filter,
+                                               selected_text, client_request_id, created_at)
+                    SELECT %(user_message_id)s, id, 'user', %(question)s, 'complete', %(mode)s, %(module_filter)s,
+                           %(selected_text)s, %(client_request_id)s, %(asked_at)s
+                    FROM owned
+                    ON CONFLICT DO NOTHING
+                    RETURNING session_id
+                )
+                INSERT INTO chat_messages (id, session_id, role, status, mode, module_filter, client_request_id,
+                                           created_at)
+                SELECT %(answer_id)s, session_id, 'assistant', 'streaming', %(mode)s, %(module_filter)s,
+                       %(client_request_id)s, %(asked_at)s
+                FROM question
+                ON CONFLICT DO NOTHING
+                """,
+                [{**_late_fields(q), "answer_id": answer_id} for answer_id, q in late],
             )
 
     async def add_citations(self, message_id: uuid.UUID, citations: Sequence[Citation]) -> None:
@@ -330,7 +378,10 @@ class Store(Database):
     async def _add_citations(
         self, conn: psycopg.AsyncConnection[Any], citations: Sequence[tuple[uuid.UUID, Citation]]
     ) -> None:
-        """Every (message id, citation) pair in one statement, whatever the number of messages."""
+        """Every (message id, citation) pair in one statement, whatever the number of messages.
+
+        A message that is not there (its conversation deleted while it was answered, or a late question that
+        was not its asker's to write) gets none, instead of failing the whole batch on the foreign key."""
         if not citations:
             return
         async with conn.cursor() as cur:
@@ -338,7 +389,9 @@ class Store(Database):
                 """
                 INSERT INTO source_citations
                     (id, message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                SELECT v.* FROM (VALUES (%s::uuid, %s::uuid, %s::int, %s, %s, %s, %s, %s, %s::real, %s))
+                    AS v(id, message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt)
+                WHERE EXISTS (SELECT 1 FROM chat_messages m WHERE m.id = v.message_id)
                 ON CONFLICT (message_id, position) DO NOTHING
                 """,
                 [
@@ -378,3 +431,18 @@ _MESSAGE_COLUMNS = (
     "id, session_id, role, content, status, mode, module_filter, selected_text, confidence, model, "
     "prompt_tokens, completion_tokens, latency_ms, feedback, feedback_comment, client_request_id, created_at"
 )
+
+
+def _late_fields(question: LateQuestion) -> dict[str, Any]:
+    return {
+        "session_id": question.session_id,
+        "token_hash": question.token_hash,
+        "user_id": question.user_id,
+        "user_message_id": question.user_message_id,
+        "question": question.question,
+        "mode": question.mode,
+        "module_filter": question.module_filter,
+        "selected_text": question.selected_text,
+        "client_request_id": question.client_request_id,
+        "asked_at": question.asked_at,
+    }

@@ -1,12 +1,14 @@
 """Finished answers written to Postgres in batches, off the answer's path, and never dropped.
 
-When an answer ends, its text, usage and citations are queued here (the reader already has them). One
+When an answer ends, its text, usage and citations are queued here (the reader already has them), with
+its question too when the store could not take the question as it was asked (``LateQuestion``). One
 writer task takes whatever is queued, up to ``BATCH`` answers, and writes them in one transaction, so a
 burst of 2,000 answers ending together costs a few dozen transactions, not 2,000 connections queued on a
 small pool. If Postgres is away, the batch waits and is tried again (backing off to every 5 s) for as
 long as the server runs. On shutdown the queue gets ``drain_s`` to empty; whatever is still unwritten is
 spilled to ``DATA_DIR/pending-writes/`` as JSON lines, and the next start writes it (then deletes the
-file), so a SIGTERM during an outage loses nothing.
+file), so a SIGTERM during an outage loses nothing. An answer Postgres refuses for what it holds (not for
+being away) is set aside in a ``rejected-*.jsonl`` file there, for an operator, and the others go on.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import os
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from server.core.errors import DatabaseUnavailable
-from server.store.rows import Citation, Completion
+from server.store.rows import Citation, Completion, LateQuestion
 from server.store.sessions import Store
 
 log = logging.getLogger(__name__)
@@ -31,13 +34,12 @@ log = logging.getLogger(__name__)
 BATCH = 100
 _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
-Pending = tuple[uuid.UUID, Completion]
-
 
 @dataclass
 class _Item:
     message_id: uuid.UUID
     completion: Completion
+    late: LateQuestion | None = None  # its question, when that could not be stored as it was asked
     written: asyncio.Future[None] | None = None  # resolved once the answer is in Postgres
 
 
@@ -57,18 +59,22 @@ class AnswerWriter:
 
     async def start(self) -> None:
         """Start the writer, and queue what an earlier process spilled (written as soon as Postgres answers)."""
-        for path in sorted(self._spill_dir.glob("*.jsonl")) if self._spill_dir.is_dir() else ():
+        spilled = sorted(self._spill_dir.glob("*.jsonl")) if self._spill_dir.is_dir() else []
+        for path in (p for p in spilled if not p.name.startswith("rejected-")):  # those are for an operator
             items = _read_spill(path)
-            for message_id, completion in items:
-                self._queue.put_nowait(_Item(message_id, completion))
+            for item in items:
+                self._queue.put_nowait(item)
             self._replayed.append(path)  # deleted once written (writing twice is harmless: updates by id)
             log.info("answers from an earlier shutdown queued for writing: %d (%s)", len(items), path.name)
         self._task = asyncio.create_task(self._run(), name="answer-writer")
 
-    def submit(self, message_id: uuid.UUID, completion: Completion) -> asyncio.Future[None]:
-        """Queue an answer; the future resolves when it is written (it may never, before a shutdown spills it)."""
+    def submit(
+        self, message_id: uuid.UUID, completion: Completion, late: LateQuestion | None = None
+    ) -> asyncio.Future[None]:
+        """Queue an answer (with its question, if that is not stored yet); the future resolves when it is
+        written (it may never, before a shutdown spills it)."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Item(message_id, completion, written))
+        self._queue.put_nowait(_Item(message_id, completion, late, written))
         return written
 
     async def close(self, drain_s: float) -> None:
@@ -94,7 +100,7 @@ class AnswerWriter:
             attempt = 0
             while True:
                 try:
-                    await self._store.finish_messages([(i.message_id, i.completion) for i in self._in_hand])
+                    await self._write(self._in_hand)
                 except DatabaseUnavailable:
                     if self._outage_since is None:
                         self._outage_since = time.monotonic()
@@ -115,33 +121,74 @@ class AnswerWriter:
             if self._queue.empty():
                 self._forget_replayed()
 
+    async def _write(self, items: list[_Item]) -> None:
+        """One batch in one transaction. A batch Postgres refuses for what it holds (not for being away) is
+        written one answer at a time, and an answer refused on its own is set aside in a ``rejected-`` spill
+        file, logged, and not tried again: one bad answer never stops the others from being stored."""
+        try:
+            await self._store.finish_messages(*_rows(items))
+        except DatabaseUnavailable:
+            raise
+        except Exception:
+            if len(items) == 1:
+                path = self._spill(items, prefix="rejected-")
+                log.exception("an answer Postgres refused is set aside in %s: %s", path, items[0].message_id)
+                return
+            for item in items:
+                await self._write([item])
+
     def _forget_replayed(self) -> None:
         for path in self._replayed:
             path.unlink(missing_ok=True)
         self._replayed = []
 
-    def _spill(self, items: list[_Item]) -> Path:
+    def _spill(self, items: list[_Item], prefix: str = "") -> Path:
         self._spill_dir.mkdir(parents=True, exist_ok=True)
-        path = self._spill_dir / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
+        path = self._spill_dir / f"{prefix}{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}.jsonl"
         tmp = path.with_suffix(".tmp")
         with tmp.open("w", encoding="utf-8") as out:
             for item in items:
                 record = {"message_id": str(item.message_id), "completion": asdict(item.completion)}
-                out.write(json.dumps(record) + "\n")
+                if item.late is not None:
+                    record["late"] = asdict(item.late)
+                out.write(json.dumps(record, default=_json_value) + "\n")
             out.flush()
             os.fsync(out.fileno())
         tmp.replace(path)  # whole or absent: a crash mid-spill leaves no half file to replay
         return path
 
 
-def _read_spill(path: Path) -> list[Pending]:
-    items: list[Pending] = []
+def _rows(items: list[_Item]) -> tuple[list[tuple[uuid.UUID, Completion]], list[tuple[uuid.UUID, LateQuestion]]]:
+    answers = [(i.message_id, i.completion) for i in items]
+    return answers, [(i.message_id, i.late) for i in items if i.late is not None]
+
+
+def _json_value(value: object) -> str:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _read_spill(path: Path) -> list[_Item]:
+    items: list[_Item] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         try:
             record: dict[str, Any] = json.loads(line)
             fields = dict(record["completion"])
             fields["citations"] = tuple(Citation(**c) for c in fields.get("citations", ()))
-            items.append((uuid.UUID(record["message_id"]), Completion(**fields)))
+            items.append(_Item(uuid.UUID(record["message_id"]), Completion(**fields), _late(record.get("late"))))
         except (ValueError, KeyError, TypeError) as exc:
             log.error("skipping an unreadable spilled answer (%s line %d): %s", path.name, number, exc)
     return items
+
+
+def _late(fields: dict[str, Any] | None) -> LateQuestion | None:
+    if fields is None:
+        return None
+    parsed: dict[str, Any] = dict(fields)
+    for key in ("session_id", "user_message_id", "client_request_id"):
+        parsed[key] = None if fields[key] is None else uuid.UUID(fields[key])
+    parsed["asked_at"] = datetime.fromisoformat(fields["asked_at"])
+    return LateQuestion(**parsed)
