@@ -133,6 +133,21 @@ async def test_re_ingesting_an_unchanged_book_embeds_nothing(
     assert await indexed(index) == before
 
 
+async def test_a_book_served_from_a_new_address_is_not_re_embedded_and_its_citations_follow(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+) -> None:
+    await run(book, index, embedder)
+    before = await index.indexed_points()
+    embedder.embedded.clear()
+    moved = "https://new-home.example.org:8443"
+    report = await ingest.run(book, index, embedder, base_url=moved)
+    after = await index.indexed_points()
+    assert embedder.embedded == [] and not report.changed
+    assert {p.id for p in after} == {p.id for p in before}
+    assert all(p.url.startswith(moved + "/docs/") and p.doc_url.startswith(moved + "/docs/") for p in after)
+    assert sorted(p.url.removeprefix(moved) for p in after) == sorted(p.url.removeprefix(BASE) for p in before)
+
+
 async def test_editing_one_file_re_embeds_only_its_changed_chunks(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder
 ) -> None:

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from server.book.docusaurus import Doc, Module, Section, Skipped, read_doc, read_tree
 from server.book.mdx import Block, substantive
@@ -37,7 +38,9 @@ __all__ = ["Book", "Chunk", "Document", "Module", "Skipped", "TokenCounter", "re
 #   its body mostly costs inference time (code bodies were 53% of the word pieces embedded).
 # - content_hash covers the text and the embedding text, so a change to either recipe re-embeds;
 #   it leaves out chunk_index and the positions: moving a section or reordering the sidebar does
-#   not re-embed; ingest refreshes the payload of unchanged ids instead.
+#   not re-embed; ingest refreshes the payload of unchanged ids instead. It holds the URL's path and
+#   anchor, not its scheme and host: a book served from a new address (BOOK_BASE_URL) is not
+#   re-embedded either; ingest rewrites the stored URLs.
 
 TokenCounter = Callable[[str], int]
 # Word pieces of a code fence's body that are embedded densely (whole lines): about ten lines of code. 48
@@ -151,6 +154,12 @@ class _Unit:
     dense: str  # the same as the dense model reads it: code fences cut to their head
 
 
+def _site_relative(url: str) -> str:
+    """The URL without its scheme and host ("/docs/ros2/nodes#qos"), as a chunk's identity holds it."""
+    parts = urlsplit(url)
+    return urlunsplit(("", "", parts.path, parts.query, parts.fragment))
+
+
 def _check_sizes(max_tokens: int, overlap_tokens: int) -> None:
     if max_tokens <= 0 or not 0 <= overlap_tokens < max_tokens:
         raise ValueError(f"need 0 <= overlap_tokens < max_tokens, got {overlap_tokens} and {max_tokens}")
@@ -176,7 +185,7 @@ def _make_chunks(
                 "chapter_id": doc.doc_id,
                 "title": section.title,
                 "heading_path": list(heading_path),
-                "url": url,
+                "url": _site_relative(url),
                 "text": text,
                 "embedding_text": embedding_text,
             }

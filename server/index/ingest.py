@@ -1,7 +1,8 @@
 """Incremental ingestion: parse the book, embed only new chunks, replace changed ones, drop deleted ones.
 
 Point ids are derived from each chunk's file and content hash (``chunking.Chunk.chunk_id``), so an
-unchanged chunk keeps its id and is skipped without embedding. New points are written before stale
+unchanged chunk keeps its id and is skipped without embedding; if only its place in the file or the book's
+address (``BOOK_BASE_URL``) changed, its stored payload is rewritten instead. New points are written before stale
 ones are deleted: an interrupted run leaves at worst both versions, which the next run tidies up.
 """
 
@@ -149,9 +150,18 @@ def _plan(chunks: Sequence[Chunk], points: Sequence[IndexedPoint]) -> _Plan:
             added_per_file[chunk.file_path] += 1
             continue
         plan.unchanged += 1
-        if point.chunk_index != chunk.chunk_index:
-            # Text and citation metadata are the same; only its place in the file moved.
-            plan.reindexed[chunk.chunk_id] = {"chunk_index": chunk.chunk_index}
+        # Text and citation metadata are the same; only its place in the file moved, or the book's address.
+        moved: dict[str, object] = {
+            key: new
+            for key, old, new in (
+                ("chunk_index", point.chunk_index, chunk.chunk_index),
+                ("url", point.url, chunk.url),
+                ("doc_url", point.doc_url, chunk.doc_url),
+            )
+            if old != new
+        }
+        if moved:
+            plan.reindexed[chunk.chunk_id] = moved
     for point in points:
         if point.id not in wanted:
             plan.to_delete.append(point.id)

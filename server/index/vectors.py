@@ -22,7 +22,7 @@ from server.index.sparse import Sparse
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-_SCROLL_FIELDS = ["file_path", "content_hash", "chunk_index"]
+_SCROLL_FIELDS = ["file_path", "content_hash", "chunk_index", "url", "doc_url"]
 _TIE_MARGIN = 8  # extra hits fetched so exact ties at the cut are broken by cosine and id, not by the engine
 
 
@@ -32,6 +32,8 @@ class IndexedPoint:
     file_path: str
     content_hash: str
     chunk_index: int
+    url: str = ""  # where citations link: rewritten when only the book's address changed
+    doc_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,8 @@ class VectorIndex:
                 file_path=str(payload.get("file_path", "")),
                 content_hash=str(payload.get("content_hash", "")),
                 chunk_index=int(payload.get("chunk_index", -1)),
+                url=str(payload.get("url", "")),
+                doc_url=str(payload.get("doc_url", "")),
             )
             async for point_id, payload in self._scroll(_SCROLL_FIELDS)
         ]
