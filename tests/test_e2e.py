@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -279,8 +280,7 @@ async def test_on_a_docusaurus_site_the_plugin_puts_the_panel_on_every_page_and_
 ) -> None:
     """The documented install on a real Docusaurus 3 site: ``npm pack`` the panel, ``npm install`` the tarball
     into the site, one plugin line (tests/docusaurus_site/docusaurus.config.js), build, serve beside the server."""
-    if not (DOCUSAURUS_SITE / "node_modules" / "@docusaurus" / "core").is_dir():
-        pytest.fail("the Docusaurus site's packages are missing: scripts/test.sh runs scripts/setup_docusaurus_site.sh")
+    await _docusaurus_packages()
     env = {**os.environ, "npm_config_loglevel": "error", "npm_config_update_notifier": "false"}
     code, out, err = await _run(
         "npm", "pack", "--pack-destination", str(tmp_path), cwd=FRONTEND, env=env, timeout_s=120
@@ -306,7 +306,7 @@ async def test_on_a_docusaurus_site_the_plugin_puts_the_panel_on_every_page_and_
     async with stack(BOOK_BASE_URL=site_url, ALLOWED_ORIGINS=site_url, STREAM_GRACE_S="20") as (server_url, fake):
         build = tmp_path / "build"
         code, out, err = await _run(
-            "npx", "--no-install", "docusaurus", "build", "--out-dir", str(build),
+            "npx", "--no-install", "docusaurus", "build", "--no-minify", "--out-dir", str(build),
             cwd=DOCUSAURUS_SITE,
             # No webpack cache: it takes a package in node_modules to be unchanged while its version is.
             env={**env, "CHAT_API_BASE": server_url, "SITE_URL": site_url, "DOCUSAURUS_NO_PERSISTENT_CACHE": "1"},
@@ -321,3 +321,19 @@ async def test_on_a_docusaurus_site_the_plugin_puts_the_panel_on_every_page_and_
     # Two questions reached the model: the reload followed its answer instead of asking again, and the
     # 300-character word matched nothing in the book, so it was declined without one.
     assert len(fake.requests) == 2
+
+
+async def _docusaurus_packages(wait_s: float = 300) -> None:
+    """The site's npm packages, installed by scripts/setup_docusaurus_site.sh (in the background under
+    scripts/test.sh): wait while it runs, fail with its reason if it could not."""
+    stamp = DOCUSAURUS_SITE / "node_modules" / ".ci-stamp"
+    lock = hashlib.sha256((DOCUSAURUS_SITE / "package-lock.json").read_bytes()).hexdigest()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while (DOCUSAURUS_SITE / ".installing").exists() and loop.time() < deadline:
+        await asyncio.sleep(1)
+    failed = DOCUSAURUS_SITE / ".install-failed"
+    if failed.exists():
+        pytest.fail(f"the Docusaurus site's packages could not be installed: {failed.read_text().strip()}")
+    if not stamp.exists() or stamp.read_text().strip() != lock:
+        pytest.fail("the Docusaurus site's packages are missing: run scripts/setup_docusaurus_site.sh")
