@@ -78,9 +78,12 @@ class AnswerWriter:
         return written
 
     async def close(self, drain_s: float) -> None:
-        """Give the queue ``drain_s`` to empty, then stop and spill the rest to disk."""
+        """Give the queue ``drain_s`` to empty, then stop and spill the rest to disk. In an outage there is
+        nothing to wait for: what is queued is spilled at once, and the next start writes it."""
         deadline = time.monotonic() + drain_s
         while self.pending and time.monotonic() < deadline and self._task is not None and not self._task.done():
+            if self._outage_since is not None:
+                break
             await asyncio.sleep(0.05)
         if self._task is not None:
             self._task.cancel()
