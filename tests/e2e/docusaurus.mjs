@@ -2,7 +2,7 @@
 // tarball): ask; scroll up mid-stream and stay there; follow a citation mid-stream without a page load while
 // the answer goes on; reload mid-answer and see it resume and complete; a 300-character word; a 390 px phone
 // (nothing past the edge, the launcher clear of the mobile menu); the launcher clear of back-to-top.
-import { BASE, ask, check, finished, openPanel, scenario, shot } from "./lib.mjs";
+import { BASE, ask, check, finished, longWordFits, openPanel, reloadMidAnswer, scenario, scrollUpWhileStreaming, shot } from "./lib.mjs";
 
 const QUESTION = "What does the Zero Moment Point tell a walking humanoid?";
 const LAST_WORD = process.env.E2E_LAST_WORD ?? "word149";
@@ -43,16 +43,9 @@ await scenario(async ({ page }) => {
 
   // Ask; scroll up while it streams: the log stays where the reader put it.
   await openPanel(page);
-  const log = page.locator(".tc-log");
   const answer = await ask(page, QUESTION);
   await answer.locator(".tc-markdown").waitFor();
-  await page.waitForFunction(() => {
-    const el = document.querySelector(".tc-log");
-    return el && el.scrollHeight > el.clientHeight + 100;
-  });
-  await log.evaluate((el) => el.scrollTo({ top: 0 }));
-  await page.waitForTimeout(600);
-  const kept = await log.evaluate((el) => el.scrollTop);
+  const kept = await scrollUpWhileStreaming(page, { overflow: 100, waitMs: 600 });
   check(kept < 5, `scrolled up mid-stream, the log stays put (scrollTop ${kept})`);
   await shot(page, "docusaurus-02-scrolled-up");
 
@@ -74,24 +67,14 @@ await scenario(async ({ page }) => {
   await shot(page, "docusaurus-03-citation-followed");
 
   // Reload mid-answer: the panel finds the answer in history and follows its stream to the end.
-  const second = await ask(page, "How does a humanoid keep its balance?");
-  await second.locator(".tc-markdown").waitFor();
-  await page.waitForTimeout(400);
-  await page.reload();
-  await openPanel(page);
-  const resumed = page.locator("article.tc-answer").nth(1);
-  await resumed.waitFor();
-  await finished(resumed);
+  const resumed = await reloadMidAnswer(page, "How does a humanoid keep its balance?");
   const resumedText = await resumed.locator(".tc-markdown").innerText();
   check((await resumed.getAttribute("data-finish")) === "stop", `the resumed answer finished (${await resumed.getAttribute("data-finish")})`);
   check(resumedText.includes(LAST_WORD), "the resumed answer is complete");
   await shot(page, "docusaurus-04-resumed");
 
   // A 300-character word wraps inside its bubble and the panel.
-  await ask(page, "y".repeat(300));
-  const bubbleFits = await page.locator(".tc-question").last().evaluate((el) => el.scrollWidth <= el.clientWidth + 1);
-  const logFits = await log.evaluate((el) => el.scrollWidth <= el.clientWidth + 1);
-  check(bubbleFits && logFits, "a 300-character word stays inside its bubble and the log");
+  check(await longWordFits(page, "y".repeat(300)), "a 300-character word stays inside its bubble and the log");
   await shot(page, "docusaurus-05-long-word");
 
   // A 390 px phone: the open panel is the screen, nothing runs past its edge.

@@ -59,6 +59,42 @@ export async function finished(answer) {
   return answer;
 }
 
+/** Once a streaming answer overflows the log by `overflow` px, scroll the log to its top, let `waitMs` of tokens
+ * arrive, and return where the log is then (0 when the panel kept the reader's place). */
+export async function scrollUpWhileStreaming(page, { overflow, waitMs }) {
+  const log = page.locator(".tc-log");
+  await page.waitForFunction((extra) => {
+    const el = document.querySelector(".tc-log");
+    return el && el.scrollHeight > el.clientHeight + extra;
+  }, overflow);
+  await log.evaluate((el) => el.scrollTo({ top: 0 }));
+  await page.waitForTimeout(waitMs);
+  return log.evaluate((el) => el.scrollTop);
+}
+
+/** Ask `word` (one long word): whether its bubble and the log both hold it without sideways overflow. */
+export async function longWordFits(page, word) {
+  await ask(page, word);
+  const fits = (el) => el.scrollWidth <= el.clientWidth + 1;
+  const bubble = await page.locator(".tc-question").last().evaluate(fits);
+  const log = await page.locator(".tc-log").evaluate(fits);
+  return bubble && log;
+}
+
+/** Ask `question`, reload the page once part of the answer is in, reopen the panel and wait for that answer
+ * (found in history) to finish; returns its locator. */
+export async function reloadMidAnswer(page, question) {
+  const answer = await ask(page, question);
+  const index = (await page.locator("article.tc-answer").count()) - 1;
+  await answer.locator(".tc-markdown").waitFor();
+  await page.waitForTimeout(400); // part of the answer is in
+  await page.reload();
+  await openPanel(page);
+  const resumed = page.locator("article.tc-answer").nth(index);
+  await resumed.waitFor();
+  return finished(resumed);
+}
+
 export async function shot(page, name) {
   const file = path.join(OUT, `${name}.png`);
   await page.screenshot({ path: file });

@@ -1,6 +1,6 @@
 // The reader's scroll position is theirs: scrolled up while an answer streams, the log stays put and offers
 // "Jump to latest"; at the bottom it follows. A 300-character word wraps inside the bubble and the panel.
-import { BASE, ask, check, finished, openPanel, scenario, shot } from "./lib.mjs";
+import { BASE, ask, check, finished, longWordFits, openPanel, scenario, scrollUpWhileStreaming, shot } from "./lib.mjs";
 
 await scenario(async ({ page }) => {
   await page.goto(BASE + "/");
@@ -8,13 +8,7 @@ await scenario(async ({ page }) => {
   const log = page.locator(".tc-log");
   const answer = await ask(page, "What does the Zero Moment Point tell a walking humanoid?");
   await answer.locator(".tc-markdown").waitFor();
-  await page.waitForFunction(() => {
-    const el = document.querySelector(".tc-log");
-    return el && el.scrollHeight > el.clientHeight + 200; // enough text to scroll
-  });
-  await log.evaluate((el) => el.scrollTo({ top: 0 }));
-  await page.waitForTimeout(800); // tokens keep arriving
-  const kept = await log.evaluate((el) => el.scrollTop);
+  const kept = await scrollUpWhileStreaming(page, { overflow: 200, waitMs: 800 });
   check(kept < 5, `scrolled up, the log stays where the reader put it (scrollTop ${kept})`);
   const jump = page.getByRole("button", { name: /Jump to latest/ });
   await jump.waitFor();
@@ -24,12 +18,7 @@ await scenario(async ({ page }) => {
   check(gap < 30, `"Jump to latest" goes to the bottom (${gap} px left)`);
   await finished(answer);
 
-  const word = "x".repeat(300);
-  await ask(page, word);
-  const bubble = page.locator(".tc-question").last();
-  const bubbleFits = await bubble.evaluate((el) => el.scrollWidth <= el.clientWidth + 1);
-  const panelFits = await page.locator(".tc-log").evaluate((el) => el.scrollWidth <= el.clientWidth + 1);
-  check(bubbleFits && panelFits, "a 300-character word wraps inside its bubble and the log");
+  check(await longWordFits(page, "x".repeat(300)), "a 300-character word wraps inside its bubble and the log");
   const inputSize = await page.getByRole("textbox", { name: "Your question" }).evaluate((el) => getComputedStyle(el).fontSize);
   check(inputSize === "16px", `the question field is 16 px, so iOS does not zoom (${inputSize})`);
   await shot(page, "scroll-long-word");
