@@ -115,7 +115,7 @@ def _late(
         module_filter=request.module,
         selected_text=request.selected_text,
         client_request_id=request.client_request_id,
-        session_metadata={"caller": chat.capabilities.caller_digest(caller)},
+        session_metadata=_session_metadata(chat, caller),
     )
 
 
@@ -175,13 +175,17 @@ async def _session(
                 raise NotFound("No such session.", code="session_not_found")
             await _check_token_budget(chat.store, request.session_id, chat.daily_tokens)
             return Session(request.session_id, None, persisted=True)
-        created = await chat.store.create_session(
-            user_id=user_id, metadata={"caller": chat.capabilities.caller_digest(caller)}
-        )
+        created = await chat.store.create_session(user_id=user_id, metadata=_session_metadata(chat, caller))
         return Session(created.id, created.token, persisted=True)
     except DatabaseUnavailable:
         notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
         return Session(request.session_id or uuid.uuid4(), None, persisted=False)
+
+
+def _session_metadata(chat: ChatService, caller: str) -> dict[str, str]:
+    """What a new session records of who made it: a digest of the caller, which a repeated first question
+    is checked against (never the address itself)."""
+    return {"caller": chat.capabilities.caller_digest(caller)}
 
 
 # What an answer still streaming is counted as against SESSION_DAILY_TOKENS until its real usage is stored:
