@@ -13,7 +13,7 @@ import { visibleNotices } from "./notices";
 import { inAppPath } from "./navigation";
 import { atBottom } from "./scroll";
 import { loadSession, saveSession } from "./sessionStore";
-import { isOpenShortcut, onMac, SHORTCUT_LABEL } from "./shortcut";
+import { isOpenShortcut, onMac, SHORTCUT_KEYS, SHORTCUT_LABEL } from "./shortcut";
 import { useSelection } from "./useSelection";
 
 export interface ChatPanelProps {
@@ -221,10 +221,7 @@ export function ChatPanel({
     const text = question.trim();
     if (!text || streaming || rateLimited) return;
     const request: ChatRequest = { question: text, page_url: window.location.href, client_request_id: uuid() };
-    if (state.session) {
-      request.session_id = state.session.id;
-      if (state.session.token) request.session_token = state.session.token; // none for a list-opened one
-    }
+    attachSession(request, state.session);
     if (module) request.module = module;
     if (quote) request.selected_text = quote;
     const answerKey = uuid();
@@ -238,10 +235,7 @@ export function ChatPanel({
     if (!message.request || streaming) return;
     // A fresh client_request_id: the failed attempt may have been stored as failed under the old one.
     const request = { ...message.request, client_request_id: uuid() };
-    if (state.session && !request.session_id) {
-      request.session_id = state.session.id;
-      if (state.session.token) request.session_token = state.session.token;
-    }
+    if (!request.session_id) attachSession(request, state.session);
     dispatch({ type: "retry", key: message.key });
     void run(message.key, request);
   };
@@ -327,7 +321,7 @@ export function ChatPanel({
         className="tc-launcher"
         aria-expanded={open}
         aria-controls="tc-panel"
-        aria-keyshortcuts={mac ? "Meta+I" : "Control+I"}
+        aria-keyshortcuts={SHORTCUT_KEYS(mac)}
         title={open ? undefined : `${title} (${SHORTCUT_LABEL(mac)})`}
         onClick={() => (open ? close() : setOpen(true))}
       >
@@ -513,4 +507,12 @@ export function ChatPanel({
       </div>
     </div>
   );
+}
+
+/** The conversation a question belongs to: its id, and its token when this browser holds one (a signed-in
+ * reader's conversation opened from their list has none; their bearer token proves it is theirs). */
+function attachSession(request: ChatRequest, session: Session | null): void {
+  if (!session) return;
+  request.session_id = session.id;
+  if (session.token) request.session_token = session.token;
 }

@@ -5,6 +5,8 @@
 type Chord = Pick<KeyboardEvent, "key" | "ctrlKey" | "metaKey" | "altKey" | "shiftKey">;
 
 export const SHORTCUT_LABEL = (mac: boolean): string => (mac ? "⌘I" : "Ctrl+I");
+/** The same chord as `aria-keyshortcuts` spells it. */
+export const SHORTCUT_KEYS = (mac: boolean): string => (mac ? "Meta+I" : "Control+I");
 
 export function isOpenShortcut(event: Chord, mac: boolean): boolean {
   const command = mac ? event.metaKey && !event.ctrlKey : event.ctrlKey && !event.metaKey;
