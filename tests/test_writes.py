@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -135,8 +136,8 @@ async def test_a_question_the_store_missed_is_written_with_its_answer_into_a_new
     session_id, answer_id = uuid.uuid4(), uuid.uuid4()
     late = _late(session_id, new=True, token="nobody-holds-this")
     await asyncio.wait_for(writer.submit(answer_id, _answer(0), late), timeout=10)
-    again = _late(session_id, new=True, token="nobody-holds-this")  # the same request retried: written once
-    again = LateQuestion(**{**again.__dict__, "client_request_id": late.client_request_id})
+    # The same request retried: written once.
+    again = replace(_late(session_id, new=True, token="nobody-holds-this"), client_request_id=late.client_request_id)
     await asyncio.wait_for(writer.submit(uuid.uuid4(), _answer(1), again), timeout=10)
     await writer.close(drain_s=1)
     assert _conversation(clean_db, session_id) == [
