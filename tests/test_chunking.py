@@ -16,6 +16,8 @@ import pytest
 
 from server.book import chunking
 from server.book.chunking import Book, Chunk, read_book
+from server.book.mdx import parse_blocks
+from server.book.slugs import Slugger
 from server.core.tokens import local_counter
 from server.index import sparse
 from tests.conftest import DEMO_BOOK, SHARED_BOOK
@@ -315,6 +317,18 @@ def test_an_admonition_longer_than_a_chunk_is_kept_whole(tmp_path: Path) -> None
     admonition = f":::danger Before you power the robot\n\n{body}\n\n:::"
     docs = write_docs(tmp_path, {"safety.md": f"# Safety\n\n## Power-on\n\nRead this first.\n\n{admonition}\n"})
     assert any(admonition in c.text for c in chunk_book(docs).chunks)
+
+
+def test_the_jsx_admonition_is_read_as_the_directive_it_stands_for(tmp_path: Path) -> None:
+    """``<Admonition type title>`` and ``:::type title`` are one admonition to Docusaurus, and to the chunker:
+    kept whole, with its title, wherever the page is cut."""
+    body = "Writing both legs by hand doubles the chance of a typo."
+    jsx = f'<Admonition type="info" title="Xacro keeps legs symmetric">\n{body}\n</Admonition>'
+    docs = write_docs(tmp_path, {"urdf.mdx": f"# URDF\n\n## Joints\n\nHips and knees.\n\n{jsx}\n"})
+    blocks = parse_blocks(f"{jsx}\n", Slugger())
+    assert [(b.kind, b.variant, b.plain) for b in blocks] == [("admonition", "info", "Xacro keeps legs symmetric")]
+    assert [(b.kind, b.text) for b in blocks[0].children] == [("text", body)]
+    assert any(f":::info Xacro keeps legs symmetric\n{body}\n:::" in c.text for c in chunk_book(docs).chunks)
 
 
 def test_mdx_imports_and_exports_are_dropped_and_jsx_wrapped_prose_is_kept(tmp_path: Path) -> None:

@@ -156,9 +156,22 @@ def test_code_fences_stay_verbatim_even_when_they_hold_imports_headings_or_tags(
     assert "<h1" not in out
 
 
-def test_raw_html_in_a_page_is_shown_as_text_not_rendered() -> None:
-    out = webapp.render_markdown('Hello <span onclick="x()">there</span>')
-    assert "<span" not in out and "&lt;span" in out
+def test_html_and_jsx_tags_in_a_page_are_never_rendered_their_text_stays() -> None:
+    out = webapp.render_markdown('Hello <span onclick="x()">there</span>, <script>alert(1)</script> and 1 <2')
+    assert "<span" not in out and "onclick" not in out and "<script" not in out
+    assert "Hello there" in out and "1 &lt;2" in out
+
+
+def test_a_list_that_runs_round_a_code_fence_stays_one_list() -> None:
+    out = webapp.render_markdown("1. Build:\n\n   ```bash\n   colcon build\n   ```\n\n2. Run it.\n")
+    assert out.count("<ol>") == 1 and '<pre><code class="language-bash">colcon build' in out
+
+
+def test_nested_admonitions_and_the_bracket_title_render_as_boxes_with_their_headings_ids() -> None:
+    out = webapp.render_markdown("::::tip[Outer]\n### Inside\n:::danger\nHot.\n:::\n::::\n\n## Inside\n")
+    assert '<div class="admonition admonition-tip" role="note"><p class="admonition-title">Outer</p>' in out
+    assert '<h3 id="inside">Inside</h3>' in out and '<h2 id="inside-1">Inside</h2>' in out
+    assert '<p class="admonition-title">Danger</p><p>Hot.</p>\n</div></div>' in out
 
 
 def test_links_to_other_docs_files_point_at_their_urls() -> None:

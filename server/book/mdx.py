@@ -1,23 +1,25 @@
 """MDX/Markdown source -> blocks: headings (with their Docusaurus anchors), fences, tables, admonitions, prose.
 
 MDX `import`/`export` lines, comments and JSX/HTML tags are removed outside code fences; the prose
-between tags stays. Grouping blocks into sections and chunks is left to `docusaurus.py` and `chunking.py`.
+between tags stays; `<Admonition type title>` is read as the `:::type title` it stands for. This is the
+one reading of a page: `chunking.py` groups the blocks into chunks, `web/webapp.py` renders them as HTML.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
-from server.book.slugs import Slugger
+from server.book.slugs import Slugger, split_heading_id
 
 _FENCE = re.compile(r"^(\s*)(`{3,}(?!.*`)|~{3,})(.*)$")
 _FENCE_CLOSE = re.compile(r"^\s*(`{3,}|~{3,})\s*$")
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _NOT_SETEXT = re.compile(r"^\s*(?:[-*+>|]|\d+[.)])(?:\s|$)")
-_ADMONITION_OPEN = re.compile(r"^\s*(:{3,})[A-Za-z]")
+# `:::tip Title` (Docusaurus 2) or `:::tip[Title]` (Docusaurus 3); the type, then the title.
+_ADMONITION_OPEN = re.compile(r"^\s*(:{3,})([A-Za-z][\w-]*)[ \t]*(?:\[(.*)\]|(.*?))\s*$")
 _ADMONITION_CLOSE = re.compile(r"^\s*(:{3,})\s*$")
 _TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 _THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
@@ -26,6 +28,10 @@ _ESM = re.compile(
     r"^(?:import\s+(?:type\s+)?(?:[\w$]+\s*(?:,|\s+from\b)|[{*'\"])|"
     r"export\s+(?:default|const|let|var|function|class|async|[{*]))"
 )
+# The JSX spelling of an admonition, on lines of their own: `<Admonition type="info" title="...">` ... `</Admonition>`.
+_ADMONITION_TAG = re.compile(r"^\s*<Admonition\b([^>]*)>\s*$")
+_ADMONITION_TAG_CLOSE = re.compile(r"^\s*</Admonition>\s*$")
+_TAG_VALUE = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _HEADING_COMMENT_ID = re.compile(r"^( {0,3}#{1,6}[ \t].*?)[ \t]*\{/\*\s*#(\S+)\s*\*/\}[ \t]*$", re.MULTILINE)
 _MARKUP = re.compile(r"`+|<!--|\{/\*|</?[A-Za-z>]")
 _TAG_OPEN = re.compile(r"</?(?:[A-Za-z][\w.:-]*)?")
@@ -38,8 +44,10 @@ class Block:
     text: str
     gap: bool = True  # a blank line came before it
     level: int = 0
-    plain: str = ""  # headings: clean text for heading_path
+    plain: str = ""  # headings: clean text for heading_path; admonitions: the title as written ("" for none)
     anchor: str = ""
+    variant: str = ""  # admonitions: "note", "tip", "info", "warning", "danger"...
+    children: list[Block] = field(default_factory=list)  # admonitions: the blocks inside, headings numbered
 
 
 def parse_blocks(text: str, slugger: Slugger) -> list[Block]:
@@ -77,6 +85,11 @@ def _clean_region(lines: list[str]) -> list[str]:
         if in_esm or (_ESM.match(line) and (not kept or not kept[-1].strip())):
             in_esm = bool(line.strip())
             kept.append("")
+        elif tag := _ADMONITION_TAG.match(line):
+            attrs = {m.group(1): m.group(2) or m.group(3) or "" for m in _TAG_VALUE.finditer(tag.group(1))}
+            kept.append(f":::{attrs.get('type', 'note')} {attrs.get('title', '')}".rstrip())
+        elif _ADMONITION_TAG_CLOSE.match(line):
+            kept.append(":::")
         else:
             kept.append(line)
     text = _strip_markup(_HEADING_COMMENT_ID.sub(r"\1 {#\2}", "\n".join(kept)))
@@ -190,8 +203,10 @@ def _scan(lines: list[str], slugger: Slugger) -> list[Block]:
         elif heading := _ATX.match(line):
             block, end = _heading(heading.group(2) or "", len(heading.group(1)), slugger), i + 1
         elif (opening := _ADMONITION_OPEN.match(line)) and (end := _admonition_end(lines, i, opening)) > 0:
-            _scan(lines[i + 1 : end - 1], slugger)  # its headings take ids but do not split it
-            block = Block("admonition", "\n".join(lines[i:end]))
+            inside = _scan(lines[i + 1 : end - 1], slugger)  # its headings take ids but do not split it
+            title = opening.group(3) if opening.group(3) is not None else opening.group(4)
+            block = Block("admonition", "\n".join(lines[i:end]), plain=title, variant=opening.group(2).lower())
+            block.children = inside
         elif _table_starts(lines, i):
             end = i + 2
             while end < len(lines) and lines[end].strip() and "|" in lines[end]:
@@ -210,7 +225,7 @@ def _scan(lines: list[str], slugger: Slugger) -> list[Block]:
 
 def _heading(markdown: str, level: int, slugger: Slugger) -> Block:
     plain, anchor = slugger.heading(markdown)
-    raw = re.sub(r"\s*\\?\{#[^}]*\}$", "", markdown.strip())
+    raw = split_heading_id(markdown.strip())[0]
     return Block("heading", "#" * level + " " + raw, level=level, plain=plain, anchor=anchor)
 
 

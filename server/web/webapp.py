@@ -2,7 +2,8 @@
 with the built chat panel (``frontend/dist``) mounted, and the panel's assets under ``/assets``.
 
 Citation URLs are ``{BOOK_BASE_URL}/docs/{path}#anchor``; when BOOK_BASE_URL is this server, these pages are
-where they land, with heading ids from ``slugs.Slugger`` (the same ids ``chunking.py`` gives citations).
+where they land. A page is rendered from the blocks ``book/mdx.py`` parses, the ones ``chunking.py`` cuts
+citations from, so a heading's id here is the anchor its citations carry; this module keeps no MDX reading of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from server.book import chunking
+from server.book.mdx import Block, parse_blocks
 from server.book.slugs import Slugger, read_front_matter
 from server.core.settings import Settings
 from server.index.ingest import docs_root
@@ -97,20 +99,12 @@ def render_book(path: Path) -> RenderedBook:
 
 
 def render_markdown(source: str, file_path: str = "doc.md", doc_urls: dict[str, str] | None = None) -> str:
-    """One doc's Markdown/MDX as HTML: headings carry Docusaurus's ids, admonitions become boxes, raw HTML
-    and JSX are not rendered, links to other docs' files point at their URLs."""
+    """One doc's Markdown/MDX as HTML, from the blocks ``book/mdx.py`` reads (the ones citations come from):
+    headings carry their anchors, admonitions become boxes, raw HTML and JSX are not rendered, links to other
+    docs' files point at their URLs."""
     _, text = read_front_matter(source.replace("\r\n", "\n").replace("\r", "\n"))
-    env: dict[str, Any] = {"slugger": Slugger(), "file_path": file_path, "doc_urls": doc_urls or {}}
-    md = _markdown()
-    out: list[str] = []
-    for kind, value, body in _segments(_clean_mdx(text)):
-        if kind == "admonition":
-            title = html.escape(value[1] or value[0].capitalize())
-            out.append(f'<div class="admonition admonition-{html.escape(value[0])}" role="note">')
-            out.append(f'<p class="admonition-title">{title}</p>{md.render(body, env)}</div>')
-        else:
-            out.append(md.render(body, env))
-    return "".join(out)
+    env: dict[str, Any] = {"file_path": file_path, "doc_urls": doc_urls or {}}
+    return _render_blocks(parse_blocks(text, Slugger()), _markdown(), env)
 
 
 class WebApp:
@@ -201,36 +195,37 @@ def routes(settings: Settings, *, dist_dir: Path = DIST_DIR) -> list[BaseRoute]:
 
 # -- rendering --------------------------------------------------------------------------------------------
 
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-_ESM = re.compile(r"^(?:import|export)\s")
-_JSX_LINE = re.compile(r"^\s*(?:</?[A-Za-z][\w.:-]*(?:\s[^<>]*)?/?>\s*)+$")
-_JSX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
-_HEADING_COMMENT_ID = re.compile(r"^( {0,3}#{1,6}[ \t].*?)[ \t]*\{/\*\s*#(\S+)\s*\*/\}[ \t]*$", re.MULTILINE)
-_ADMONITION_TAG = re.compile(r"^\s*<Admonition\b([^>]*)>\s*$")
-_ATTRIBUTE = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|\'([^\']*)\')')
-_ADMONITION_OPEN = re.compile(r"^\s*:{3,}([A-Za-z]+)[ \t]*(.*?)\s*$")
-_ADMONITION_CLOSE = re.compile(r"^\s*:{3,}\s*$")
-_EXPLICIT_ID = re.compile(r"\s*\\?\{#[^}]*\}\s*$")
-
 
 def _markdown() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
-    md.core.ruler.before("inline", "heading_ids", _heading_ids)
     md.core.ruler.push("doc_links", _doc_links)
     return md
 
 
-def _heading_ids(state: StateCore) -> None:
-    slugger: Slugger = state.env["slugger"]
-    tokens = state.tokens
-    for i, token in enumerate(tokens):
-        if token.type != "heading_open":
+def _render_blocks(blocks: list[Block], md: MarkdownIt, env: dict[str, Any]) -> str:
+    """Headings and admonitions as ``mdx`` found them; each run of other blocks between them is rendered as
+    one Markdown text, spaced as the source was, so a list that runs round a code fence stays one list."""
+    out: list[str] = []
+    run: list[str] = []
+    for block in blocks:
+        if block.kind not in ("heading", "admonition"):
+            run.append(("\n\n" if block.gap else "\n") + block.text if run else block.text)
             continue
-        inline = tokens[i + 1]
-        _, anchor = slugger.heading(inline.content.replace("\n", " "))
-        inline.content = _EXPLICIT_ID.sub("", inline.content)
-        if token.tag != "h1":  # Docusaurus gives the h1 no id, but its slug still counts for duplicates
-            token.attrSet("id", anchor)
+        if run:
+            out.append(md.render("".join(run), env))
+            run = []
+        if block.kind == "heading":
+            content = md.renderInline(block.text.lstrip("#").strip(), env)
+            # Docusaurus gives the h1 no id, but its slug still counted for duplicates (``slugs.Slugger``).
+            anchor = f' id="{html.escape(block.anchor)}"' if block.level > 1 else ""
+            out.append(f"<h{block.level}{anchor}>{content}</h{block.level}>\n")
+        else:
+            title = html.escape(block.plain or block.variant.capitalize())
+            out.append(f'<div class="admonition admonition-{html.escape(block.variant)}" role="note">')
+            out.append(f'<p class="admonition-title">{title}</p>{_render_blocks(block.children, md, env)}</div>')
+    if run:
+        out.append(md.render("".join(run), env))
+    return "".join(out)
 
 
 def _doc_links(state: StateCore) -> None:
@@ -246,72 +241,6 @@ def _doc_links(state: StateCore) -> None:
             resolved = posixpath.normpath(posixpath.join(here, target)).lstrip("/")
             if resolved in urls:
                 child.attrSet("href", urls[resolved] + (f"#{anchor}" if anchor else ""))
-
-
-def _clean_mdx(text: str) -> list[str]:
-    """Outside code fences: drop ESM lines and JSX comments, turn ``<Admonition>`` into ``:::`` blocks, drop
-    lines that are only JSX/HTML tags (their text lines stay). Fences are kept verbatim."""
-    text = _HEADING_COMMENT_ID.sub(r"\1 {#\2}", text)
-    out: list[str] = []
-    fence: str | None = None
-    for line in text.split("\n"):
-        opening = _FENCE.match(line)
-        if fence is not None:
-            out.append(line)
-            if (
-                opening
-                and opening.group(1)[0] == fence[0]
-                and len(opening.group(1)) >= len(fence)
-                and not line.strip(" `~")
-            ):
-                fence = None
-            continue
-        if opening:
-            fence = opening.group(1)
-            out.append(line)
-        elif admonition := _ADMONITION_TAG.match(line):
-            attrs = {m.group(1): m.group(2) or m.group(3) or "" for m in _ATTRIBUTE.finditer(admonition.group(1))}
-            out += ["", f":::{attrs.get('type', 'note')} {attrs.get('title', '')}".rstrip(), ""]
-        elif line.strip() == "</Admonition>":
-            out += ["", ":::", ""]
-        elif _ESM.match(line) or _JSX_LINE.match(line):
-            out.append("")
-        else:
-            out.append(_JSX_COMMENT.sub("", line))
-    return out
-
-
-def _segments(lines: list[str]) -> list[tuple[str, tuple[str, str], str]]:
-    """Split into plain Markdown and ``:::type title`` admonitions (outside fences), in document order."""
-    segments: list[tuple[str, tuple[str, str], str]] = []
-    current: list[str] = []
-    admonition: tuple[str, str] | None = None
-    fence: str | None = None
-    for line in lines:
-        opening = _FENCE.match(line)
-        if fence is not None or opening:
-            if fence is None and opening:
-                fence = opening.group(1)
-            elif fence is not None and opening and not line.strip(" `~") and opening.group(1)[0] == fence[0]:
-                fence = None
-            current.append(line)
-            continue
-        open_match = _ADMONITION_OPEN.match(line)
-        if admonition is None and open_match:
-            segments.append(("markdown", ("", ""), "\n".join(current)))
-            admonition, current = (open_match.group(1).lower(), open_match.group(2)), []
-        elif admonition is not None and _ADMONITION_CLOSE.match(line):
-            segments.append(("admonition", admonition, "\n".join(current)))
-            admonition, current = None, []
-        elif _ADMONITION_CLOSE.match(line):
-            continue  # a stray closing fence: markup only
-        else:
-            current.append(line)
-    if admonition is not None:
-        segments.append(("admonition", admonition, "\n".join(current)))
-    else:
-        segments.append(("markdown", ("", ""), "\n".join(current)))
-    return [s for s in segments if s[0] == "admonition" or s[2].strip()]
 
 
 def _site_title(path: Path, book: chunking.Book) -> str:
