@@ -170,3 +170,35 @@ def test_filling_an_already_filled_cache_rewrites_nothing(filled_cache: Path) ->
 def test_a_js_tiktoken_ranks_module_becomes_tiktoken_lines_in_rank_order() -> None:
     module = 'export default {"pat_str":"x","special_tokens":{},"bpe_ranks":"! 0 YQ== Yg==\\n! 5 Yw=="};'
     assert fill_script.to_tiktoken_file(module) == b"YQ== 0\nYg== 1\nYw== 5\n"
+
+
+def test_both_counters_truncate_to_a_prefix_that_fits_even_where_a_cut_falls_inside_a_character(
+    filled_cache: Path,
+) -> None:
+    """Both counters share one truncate: at every budget the result is a prefix of the text within the budget,
+    a larger budget never keeps less, and the whole text comes back at its own count. tiktoken's tokens can end
+    inside a multi-byte character (the emoji, the CJK) and the word-piece one has a 150-character [UNK] word."""
+    result = run_python(
+        """
+        from server.core.tokens import local_counter, tiktoken_counter
+        texts = ["Joint torque 扭矩 控制器 🤖🤖🤖 balance", "short " + "x" * 150 + " tail words here", "plain"]
+        out = []
+        for counter in (tiktoken_counter("cl100k_base"), local_counter()):
+            for text in texts:
+                for budget in range(0, counter.count(text) + 2):
+                    cut = counter.truncate(text, budget)
+                    out.append([counter.name, text, budget, cut, counter.count(cut)])
+        print(json.dumps({"cuts": out, "connections": connections}))
+        """,
+        cache_dir=filled_cache,
+    )
+    cuts = result["cuts"]
+    assert isinstance(cuts, list) and {c[0] for c in cuts} == {"tiktoken:cl100k_base", "minilm-wordpiece"}
+    kept: dict[tuple[str, str], list[int]] = {}
+    for name, text, budget, cut, count in cuts:
+        assert text.startswith(cut) and count <= budget, (name, text, budget, cut)
+        kept.setdefault((name, text), []).append(len(cut))
+    for (name, text), lengths in kept.items():
+        assert lengths == sorted(lengths), name  # a larger budget never keeps less
+        assert lengths[-2:] == [len(text), len(text)], name  # the whole text at its own count and above
+    assert result["connections"] == []

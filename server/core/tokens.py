@@ -9,8 +9,9 @@ import functools
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import tiktoken
@@ -81,11 +82,42 @@ def configure_tiktoken_cache(data_dir: Path) -> None:
         os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir.resolve())
 
 
+_Piece = TypeVar("_Piece")
 _O_SERIES = re.compile(r"^o\d")
 _GPT4 = re.compile(r"^gpt-4(?:$|-)")
 
 
-class _TiktokenCounter:
+class _Truncating(Generic[_Piece]):
+    """``truncate`` for a counter that can split a text into tokens (``_pieces``) and cut it after ``keep`` of
+    them (``_prefix``). Re-encoded, a prefix can count more tokens than it was cut after; the cut then moves
+    back by the excess until the prefix fits."""
+
+    def count(self, text: str) -> int:
+        return len(self._pieces(text))
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        if max_tokens <= 0:
+            return ""
+        pieces = self._pieces(text)
+        if len(pieces) <= max_tokens:
+            return text
+        keep = max_tokens
+        while keep > 0:
+            prefix = self._prefix(text, pieces, keep)
+            excess = self.count(prefix) - max_tokens
+            if excess <= 0:
+                return prefix
+            keep -= excess
+        return ""
+
+    def _pieces(self, text: str) -> Sequence[_Piece]:
+        raise NotImplementedError
+
+    def _prefix(self, text: str, pieces: Sequence[_Piece], keep: int) -> str:
+        raise NotImplementedError
+
+
+class _TiktokenCounter(_Truncating[int]):
     exact = True
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
@@ -96,39 +128,24 @@ class _TiktokenCounter:
         self._enc = encoding
         self.name = f"tiktoken:{encoding.name}"
 
-    def count(self, text: str) -> int:
+    def _pieces(self, text: str) -> list[int]:
         # Book text may contain "<|endoftext|>"; encode_ordinary treats it as plain text instead of raising.
-        return len(self._enc.encode_ordinary(text))
+        return self._enc.encode_ordinary(text)
 
-    def truncate(self, text: str, max_tokens: int) -> str:
-        if max_tokens <= 0:
-            return ""
-        tokens = self._enc.encode_ordinary(text)
-        if len(tokens) <= max_tokens:
-            return text
-        keep = max_tokens
-        while keep > 0:
-            # A token can end inside a multi-byte character; dropping the partial tail keeps a clean prefix.
-            prefix = self._enc.decode_bytes(tokens[:keep]).decode("utf-8", errors="ignore")
-            excess = self.count(prefix) - max_tokens
-            if excess <= 0:
-                return prefix
-            keep -= excess
-        return ""
+    def _prefix(self, text: str, pieces: Sequence[int], keep: int) -> str:
+        # A token can end inside a multi-byte character; dropping the partial tail keeps a clean prefix.
+        return self._enc.decode_bytes(pieces[:keep]).decode("utf-8", errors="ignore")
 
     def __repr__(self) -> str:
         return f"<TokenCounter {self.name}>"
 
 
-class _LocalCounter:
+class _LocalCounter(_Truncating[tuple[int, int]]):
     name = LOCAL_NAME
 
     def __init__(self, tokenizer: Tokenizer, *, exact: bool) -> None:
         self._tokenizer = tokenizer
         self.exact = exact
-
-    def count(self, text: str) -> int:
-        return len(self._encode(text).ids)
 
     def _encode(self, text: str) -> Encoding:
         # encode_batch, not encode: only the batch call lets go of the GIL while it runs, and ingest counts in
@@ -136,21 +153,12 @@ class _LocalCounter:
         (encoding,) = self._tokenizer.encode_batch([text], add_special_tokens=False)
         return encoding
 
-    def truncate(self, text: str, max_tokens: int) -> str:
-        if max_tokens <= 0:
-            return ""
-        offsets = self._encode(text).offsets
-        if len(offsets) <= max_tokens:
-            return text
-        keep = max_tokens
-        while keep > 0:
-            prefix = text[: offsets[keep - 1][1]]
-            # Words over 100 characters are one [UNK] whose prefix may split into several pieces.
-            excess = self.count(prefix) - max_tokens
-            if excess <= 0:
-                return prefix
-            keep -= excess
-        return ""
+    def _pieces(self, text: str) -> list[tuple[int, int]]:
+        return self._encode(text).offsets
+
+    def _prefix(self, text: str, pieces: Sequence[tuple[int, int]], keep: int) -> str:
+        # Words over 100 characters are one [UNK] whose prefix may split into several pieces.
+        return text[: pieces[keep - 1][1]]
 
     def __repr__(self) -> str:
         return f"<TokenCounter {self.name} exact={self.exact}>"
