@@ -13,9 +13,9 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from server import __version__
 from server.core import logs
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from server.index.embeddings import Embedder
     from server.index.vectors import VectorIndex
 
+_T = TypeVar("_T")
 _REPORT_TIMEOUT_S = 600.0  # the report reads every question of the period and may embed the new ones
 
 
@@ -279,8 +280,19 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _purge(args: argparse.Namespace, settings: Settings) -> int:
+def _on_the_database(settings: Settings, run: Callable[[Settings], Coroutine[Any, Any, _T]], missing: str) -> _T:
+    """``run`` on the database purge and report read: DATABASE_URL's, else the embedded one DATA_DIR holds (started
+    for the command and stopped after, never created); ``missing`` is the error when there is neither. ``run``
+    gets settings without Redis: these commands need none, and a stopped Redis must not fail them."""
     from server.store import embedded_db
+
+    with embedded_db.database(settings, create=False) as settings:
+        if not settings.database_url:
+            raise UsageError(missing)
+        return asyncio.run(run(settings.replace(redis_url=None)))
+
+
+def _purge(args: argparse.Namespace, settings: Settings) -> int:
     from server.web.services import open_services
 
     days = args.days if args.days is not None else settings.session_retention_days
@@ -293,7 +305,7 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
 
         embedder = create_embedder(settings)  # the fold groups purged gap questions into topics by meaning
         try:
-            async with open_services(settings.replace(redis_url=None)) as services:
+            async with open_services(settings) as services:
                 assert services.store is not None
 
                 async def fold(conn: Any, session_ids: list[Any]) -> None:
@@ -303,10 +315,7 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             await embedder.aclose()
 
-    with embedded_db.database(settings, create=False) as settings:
-        if not settings.database_url:
-            raise UsageError("DATABASE_URL is not set: there is nothing to purge.")
-        deleted = asyncio.run(run(settings))
+    deleted = _on_the_database(settings, run, "DATABASE_URL is not set: there is nothing to purge.")
     print(f"purged {deleted} session(s) idle for more than {days} day(s)")
     return 0
 
@@ -317,7 +326,6 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
     from server.reports import report, report_views
     from server.reports.report import period_days as report_period
     from server.search.retrieval import Retriever
-    from server.store import embedded_db
     from server.web.services import Services, open_services
 
     try:
@@ -333,9 +341,8 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
             )
 
     async def run(settings: Settings) -> report.Report:
-        quiet = settings.replace(redis_url=None)
         try:
-            async with open_services(quiet, retrieval=True) as services:
+            async with open_services(settings, retrieval=True) as services:
                 assert services.index is not None and services.embedder is not None
                 exists = await services.index.exists()
                 retriever = Retriever(services.index, services.embedder) if exists else None
@@ -344,15 +351,13 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
             pass  # a running server holds the embedded index: the report goes on without the closest sections
         embedder = create_embedder(settings)
         try:
-            async with open_services(quiet) as services:
+            async with open_services(settings) as services:
                 return await build(services, embedder, None)
         finally:
             await embedder.aclose()
 
-    with embedded_db.database(settings, create=False) as settings:
-        if not settings.database_url:
-            raise UsageError("DATABASE_URL is not set (and no embedded database in DATA_DIR): no questions to report.")
-        result = asyncio.run(run(settings))
+    missing = "DATABASE_URL is not set (and no embedded database in DATA_DIR): no questions to report."
+    result = _on_the_database(settings, run, missing)
     print(report_views.text(result))
     if args.html is not None:
         _write_file(args.html, report_views.html(result))
