@@ -301,7 +301,7 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
 
     async def run(settings: Settings) -> int:
         from server.index.embeddings import create_embedder
-        from server.reports import report
+        from server.reports import retention
 
         embedder = create_embedder(settings)  # the fold groups purged gap questions into topics by meaning
         try:
@@ -309,7 +309,7 @@ def _purge(args: argparse.Namespace, settings: Settings) -> int:
                 assert services.store is not None
 
                 async def fold(conn: Any, session_ids: list[Any]) -> None:
-                    await report.fold(conn, embedder, session_ids)
+                    await retention.fold(conn, embedder, session_ids)
 
                 return await services.store.purge(retention_days=days, batch_size=args.batch_size, before_delete=fold)
         finally:

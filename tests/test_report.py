@@ -20,7 +20,7 @@ import pytest
 
 from server.core.settings import Settings
 from server.index.embeddings import LocalEmbedder
-from server.reports import report, report_views
+from server.reports import questions, report, report_views, retention
 from server.search.retrieval import Retriever
 from server.store.sessions import Store
 from server.web.services import open_services
@@ -170,7 +170,7 @@ async def test_purge_keeps_the_numbers_and_the_trend_but_not_the_words(
     before = await _build(store, embedder)
 
     async def fold(conn: psycopg.AsyncConnection[Any], ids: list[uuid.UUID]) -> None:
-        await report.fold(conn, embedder, ids)
+        await retention.fold(conn, embedder, ids)
 
     purged = await store.purge(retention_days=10, before_delete=fold)
     after = await _build(store, embedder)
@@ -193,7 +193,7 @@ async def test_a_second_purge_adds_to_the_topics_the_first_one_kept(
     store: Store, clean_db: str, embedder: LocalEmbedder
 ) -> None:
     async def fold(conn: psycopg.AsyncConnection[Any], ids: list[uuid.UUID]) -> None:
-        await report.fold(conn, embedder, ids)
+        await retention.fold(conn, embedder, ids)
 
     _seed(clean_db, [Asked(q, model="decline", confidence=0.1, days_ago=15, idle_days=15) for q in FOOTBALL])
     await store.purge(retention_days=10, before_delete=fold)
@@ -214,10 +214,10 @@ def test_period_parsing_accepts_days_and_refuses_the_rest() -> None:
 
 
 def test_the_gap_reasons_follow_the_stored_answer() -> None:
-    assert report.gap_reasons("decline", 0.1, None) == ("declined",)
-    assert report.gap_reasons("extractive", 0.25, "down") == ("low", "rated_down")
-    assert report.gap_reasons("extractive", 0.8, None) == ()
-    assert report.gap_reasons(None, None, None) == ()
+    assert questions.gap_reasons("decline", 0.1, None) == ("declined",)
+    assert questions.gap_reasons("extractive", 0.25, "down") == ("low", "rated_down")
+    assert questions.gap_reasons("extractive", 0.8, None) == ()
+    assert questions.gap_reasons(None, None, None) == ()
 
 
 # -- operator routes -------------------------------------------------------------------------------

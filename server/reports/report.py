@@ -5,9 +5,9 @@ confidence, or was rated down. Gap questions are grouped into topics by meaning 
 over the configured embedder's vectors, cached in ``question_vectors``), largest first, each with
 its most telling words, up to three example questions, the book's closest sections (where an author
 would add the missing text) and a count per day. Purged sessions leave their numbers behind
-(``question_days``, ``gap_topics``/``gap_topic_days``; see ``fold``), so trends outlive retention while
+(``question_days``, ``gap_topics``/``gap_topic_days``; see ``retention.fold``), so trends outlive retention while
 readers' words do not: examples come only from sessions still inside retention, and the report never
-carries session ids, user ids, tokens or addresses.
+carries session ids, user ids, tokens or addresses. The question rows come from ``questions.py``.
 """
 
 from __future__ import annotations
@@ -18,46 +18,24 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import psycopg
 
 from server.index.embeddings import Embedder
+from server.reports import questions as asked
 from server.reports import topics
-from server.search import confidence
+from server.reports.questions import Question
 from server.search.retrieval import Retriever
 
 log = logging.getLogger(__name__)
 
-Reason = Literal["declined", "low", "rated_down"]
 MAX_TOPICS = 25  # topics listed; the rest are counted in ``more_topics``
 SECTIONS_FOR = 12  # topics (the largest) that get their closest sections looked up
 EXAMPLES = 3
 MAX_DAYS = 3660
 _NEAR_COPY = 0.9  # cosine above which two example questions say the same thing
-_EMBED_BATCH = 256
-
-# One row per question in the period, with what became of its answer (the next message of its session).
-_QUESTIONS_SQL = """
-WITH pairs AS (
-    SELECT m.id, m.session_id, m.role, m.created_at, m.mode, m.module_filter,
-           lead(m.role) OVER w AS next_role, lead(m.model) OVER w AS model,
-           lead(m.confidence) OVER w AS confidence, lead(m.feedback) OVER w AS feedback
-    FROM chat_messages m
-    WHERE m.created_at >= %(since)s AND m.created_at < %(until)s
-      AND (%(sessions)s::uuid[] IS NULL OR m.session_id = ANY(%(sessions)s::uuid[]))
-    WINDOW w AS (PARTITION BY m.session_id ORDER BY m.created_at, m.role DESC)
-)
-SELECT p.id, p.created_at, p.mode, p.module_filter,
-       CASE WHEN p.next_role = 'assistant' THEN p.model END AS model,
-       CASE WHEN p.next_role = 'assistant' THEN p.confidence END AS confidence,
-       CASE WHEN p.next_role = 'assistant' THEN p.feedback END AS feedback,
-       s.last_activity_at >= %(retained)s AS retained
-FROM pairs p JOIN chat_sessions s ON s.id = p.session_id
-WHERE p.role = 'user'
-ORDER BY p.created_at
-"""
 
 # Sections whose [n] marker the answer really used (a source listed but never cited does not count).
 _CITED_SQL = """
@@ -143,45 +121,12 @@ class Report:
         return data
 
 
-@dataclass(slots=True)
-class _Question:
-    id: uuid.UUID
-    day: date
-    module: str
-    selection: bool
-    level: str
-    feedback: str | None
-    retained: bool
-    reasons: tuple[Reason, ...]
-    text: str = ""
-
-
 def period_days(value: str) -> int:
     """``30d`` or ``30`` -> 30 (1 to 3660 days); ValueError with a sentence otherwise."""
     text = value.strip().lower().removesuffix("d")
     if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_DAYS:
         raise ValueError(f"{value[:20]!r} is not a period: expected a number of days such as 30d (1 to {MAX_DAYS})")
     return int(text)
-
-
-def gap_reasons(model: str | None, confidence_value: float | None, feedback: str | None) -> tuple[Reason, ...]:
-    """Why a question counts as a gap: its answer was declined, had low confidence, or was rated down."""
-    reasons: list[Reason] = []
-    if model == "decline":
-        reasons.append("declined")
-    elif confidence_value is not None and confidence.level(confidence_value) == "low":
-        reasons.append("low")
-    if feedback == "down":
-        reasons.append("rated_down")
-    return tuple(reasons)
-
-
-def answer_level(model: str | None, confidence_value: float | None) -> str:
-    if model == "decline":
-        return "declined"
-    if confidence_value is None:
-        return "unanswered"  # failed, interrupted, or still streaming
-    return confidence.level(confidence_value)
 
 
 async def build(
@@ -202,10 +147,10 @@ async def build(
     retained = now - timedelta(days=retention_days)
     period = [since_day + timedelta(days=i) for i in range(days)]
 
-    questions = await _questions(conn, since, until, retained)
+    questions = await asked.read(conn, since, until, retained)
     per_day_q: Counter[date] = Counter(q.day for q in questions)
     per_day_g: Counter[date] = Counter(q.day for q in questions if q.reasons)
-    by_module: dict[str, list[_Question]] = defaultdict(list)
+    by_module: dict[str, list[Question]] = defaultdict(list)
     for q in questions:
         by_module[q.module].append(q)
     levels = Counter(q.level for q in questions)
@@ -250,43 +195,6 @@ async def build(
     return report
 
 
-async def _questions(
-    conn: psycopg.AsyncConnection[Any],
-    since: datetime,
-    until: datetime,
-    retained: datetime,
-    *,
-    sessions: Sequence[uuid.UUID] | None = None,
-) -> list[_Question]:
-    """Every question asked in [since, until) (of ``sessions`` only, when given), the gap ones with their text."""
-    rows: list[_Question] = []
-    params = {"since": since, "until": until, "retained": retained, "sessions": list(sessions) if sessions else None}
-    async with conn.cursor() as cur:
-        await cur.execute(_QUESTIONS_SQL, params)
-        async for qid, created, mode, module, model, conf, feedback, keep in cur:
-            rows.append(
-                _Question(
-                    id=qid,
-                    day=created.astimezone(UTC).date(),
-                    module=module or "",
-                    selection=mode == "selection",
-                    level=answer_level(model, conf),
-                    feedback=feedback,
-                    retained=bool(keep),
-                    reasons=gap_reasons(model, conf, feedback),
-                )
-            )
-    gap_ids = [q.id for q in rows if q.reasons]
-    if gap_ids:
-        async with conn.cursor() as cur:
-            await cur.execute("SELECT id, content FROM chat_messages WHERE id = ANY(%s)", (gap_ids,))
-            texts = dict(await cur.fetchall())
-        for q in rows:
-            if q.reasons:
-                q.text = texts.get(q.id, "")
-    return rows
-
-
 async def _folded_days(
     conn: psycopg.AsyncConnection[Any], since: date, until: date
 ) -> list[tuple[date, str, int, int, int]]:
@@ -298,60 +206,16 @@ async def _folded_days(
         return [(d, m, int(n), int(g), int(s)) for d, m, n, g, s in await cur.fetchall()]
 
 
-async def vectors_for(
-    conn: psycopg.AsyncConnection[Any],
-    embedder: Embedder,
-    ids: Sequence[uuid.UUID],
-    texts: Sequence[str],
-    *,
-    cache: bool = True,
-) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """The embedder's vectors of these questions: cached ones read, the rest embedded (each text once) and cached.
-
-    Writes go through the caller's transaction (the pool's connection block commits them).
-    """
-    if not ids:
-        return np.zeros((0, 0), dtype=np.float32)
-    model = embedder_key(embedder)
-    async with conn.cursor() as cur:
-        await cur.execute(
-            "SELECT message_id, vector FROM question_vectors WHERE message_id = ANY(%s) AND model = %s",
-            (list(ids), model),
-        )
-        cached = {mid: bytes(vec) for mid, vec in await cur.fetchall()}
-    missing = [i for i, mid in enumerate(ids) if mid not in cached]
-    distinct = list(dict.fromkeys(texts[i] for i in missing))
-    fresh: dict[str, bytes] = {}
-    for start in range(0, len(distinct), _EMBED_BATCH):
-        batch = distinct[start : start + _EMBED_BATCH]
-        for text, vector in zip(batch, await embedder.embed_documents(batch), strict=True):
-            fresh[text] = np.asarray(vector, dtype=np.float32).tobytes()
-    for i in missing:
-        cached[ids[i]] = fresh[texts[i]]
-    if missing and cache:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO question_vectors (message_id, model, vector) VALUES (%s, %s, %s) "
-                "ON CONFLICT (message_id) DO UPDATE SET model = EXCLUDED.model, vector = EXCLUDED.vector",
-                [(ids[i], model, cached[ids[i]]) for i in missing],
-            )
-    return np.stack([np.frombuffer(cached[mid], dtype=np.float32) for mid in ids])
-
-
-def embedder_key(embedder: Embedder) -> str:
-    return f"{embedder.name}:{getattr(embedder, 'model', '')}"
-
-
 async def _gap_topics(
     conn: psycopg.AsyncConnection[Any],
     embedder: Embedder,
     retriever: Retriever | None,
     report: Report,
-    gaps: list[_Question],
+    gaps: list[Question],
     period: list[date],
 ) -> None:
     index_of_day = {d: i for i, d in enumerate(period)}
-    vectors = await vectors_for(conn, embedder, [q.id for q in gaps], [q.text for q in gaps])
+    vectors = await asked.vectors_for(conn, embedder, [q.id for q in gaps], [q.text for q in gaps])
     grouping = topics.group(vectors) if gaps else topics.Grouping([], [])
     members: dict[int, list[int]] = defaultdict(list)
     for i, label in enumerate(grouping.labels):
@@ -390,7 +254,7 @@ async def _gap_topics(
 
 
 def _examples(
-    rows: Sequence[_Question], vectors: np.ndarray[Any, np.dtype[np.float32]], centre: np.ndarray[Any, Any]
+    rows: Sequence[Question], vectors: np.ndarray[Any, np.dtype[np.float32]], centre: np.ndarray[Any, Any]
 ) -> list[str]:
     """Up to three questions from sessions inside retention: the most typical first, then ones that say it
     differently (a near-copy of one already chosen is skipped)."""
@@ -425,7 +289,7 @@ async def _add_purged_topics(
             WHERE t.model = %s AND d.day BETWEEN %s AND %s
             ORDER BY t.id, d.day
             """,
-            (embedder_key(embedder), period[0], period[-1]),
+            (asked.embedder_key(embedder), period[0], period[-1]),
         )
         rows = await cur.fetchall()
     if not rows:
@@ -464,70 +328,3 @@ async def _closest_sections(retriever: Retriever, probe: str) -> list[Section]:
         if len(sections) == 3:
             break
     return sections
-
-
-async def fold(
-    conn: psycopg.AsyncConnection[Any], embedder: Embedder, session_ids: Sequence[uuid.UUID]
-) -> tuple[int, int]:
-    """Keep the numbers of these sessions' questions, not their words, before the sessions are deleted.
-
-    Daily totals per module go to ``question_days``; gap questions are grouped into topics, each matched
-    to a topic kept by an earlier purge (by centre) or kept as a new one (its label and centre, no text),
-    and counted per day in ``gap_topic_days``. Runs inside the caller's transaction. Returns
-    (questions, gap questions) folded.
-    """
-    if not session_ids:
-        return 0, 0
-    first, last = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)  # all their questions
-    questions = await _questions(conn, first, last, retained=last, sessions=session_ids)
-    totals: Counter[tuple[date, str]] = Counter((q.day, q.module) for q in questions)
-    gap_totals: Counter[tuple[date, str]] = Counter((q.day, q.module) for q in questions if q.reasons)
-    selections: Counter[tuple[date, str]] = Counter((q.day, q.module) for q in questions if q.selection)
-    gaps = [q for q in questions if q.reasons]
-    if totals:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                """
-                INSERT INTO question_days (day, module, questions, gaps, selection) VALUES (%s, %s, %s, %s, %s)
-                ON CONFLICT (day, module) DO UPDATE SET questions = question_days.questions + EXCLUDED.questions,
-                    gaps = question_days.gaps + EXCLUDED.gaps, selection = question_days.selection + EXCLUDED.selection
-                """,
-                [(d, m, n, gap_totals[(d, m)], selections[(d, m)]) for (d, m), n in totals.items()],
-            )
-    if gaps:
-        await _fold_topics(conn, embedder, gaps)
-    return len(questions), len(gaps)
-
-
-async def _fold_topics(conn: psycopg.AsyncConnection[Any], embedder: Embedder, gaps: list[_Question]) -> None:
-    words = [q.text for q in gaps]
-    vectors = await vectors_for(conn, embedder, [q.id for q in gaps], words, cache=False)  # the rows are about to go
-    grouping = topics.group(vectors)
-    model = embedder_key(embedder)
-    async with conn.cursor() as cur:
-        await cur.execute("SELECT id, centroid FROM gap_topics WHERE model = %s ORDER BY created_at, id", (model,))
-        known = [(tid, np.frombuffer(bytes(c), dtype=np.float32)) for tid, c in await cur.fetchall()]
-    matches = topics.assign(np.stack(grouping.centroids), [c for _, c in known]) if known else []
-    names = topics.labels(words, grouping.labels, grouping.count)
-    topic_ids: list[uuid.UUID] = []
-    for topic_no, centre in enumerate(grouping.centroids):
-        if known and matches[topic_no] >= 0:
-            topic_ids.append(known[matches[topic_no]][0])
-            continue
-        topic_ids.append(uuid.uuid4())
-        async with conn.cursor() as cur:
-            await cur.execute(
-                "INSERT INTO gap_topics (id, model, label, centroid) VALUES (%s, %s, %s, %s)",
-                (topic_ids[-1], model, names[topic_no], centre.tobytes()),
-            )
-    counts: Counter[tuple[uuid.UUID, date]] = Counter(
-        (topic_ids[topic_no], gaps[i].day) for i, topic_no in enumerate(grouping.labels) if topic_no >= 0
-    )
-    async with conn.cursor() as cur:
-        await cur.executemany(
-            """
-            INSERT INTO gap_topic_days (topic_id, day, questions) VALUES (%s, %s, %s)
-            ON CONFLICT (topic_id, day) DO UPDATE SET questions = gap_topic_days.questions + EXCLUDED.questions
-            """,
-            [(tid, day, n) for (tid, day), n in counts.items()],
-        )
