@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up, then run every check CI runs: formatting, lint, types, and the whole test suite.
+# Set up, then run every check CI runs: formatting, lint, types, import contracts, and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -10,5 +10,6 @@ export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/data/tiktoken}"
 .venv/bin/ruff format --check server tests migrations scripts bench
 .venv/bin/ruff check server tests migrations scripts bench
 .venv/bin/mypy
+.venv/bin/lint-imports  # the import contracts in pyproject.toml
 (cd frontend && npx --no-install vitest run)
 .venv/bin/pytest "$@"

@@ -1,128 +1,97 @@
-"""The shape of ``server/``: stages import only downward, and no module imports itself round a circle.
+"""The shape of ``server/``: what the import contracts leave unsaid, and proof that the contracts bite.
 
-The rule, read from the source with ``ast`` (every ``import``/``from ... import`` of ``server``, at module
-level, inside functions, and inside ``if TYPE_CHECKING:`` blocks alike — a type-only import still ties one
-module to another):
-
-- Each module belongs to a stage, its subpackage under ``server/``; ``STAGES`` lists them from the ground
-  floor up. A module may import from its own stage or a stage listed before it, never one listed after.
-  ``server/__main__.py`` and ``server/cli.py`` are the top floor; ``server/__init__.py`` holds only
-  ``__version__`` and is the ground floor (so it may import nothing of ``server``).
-- The graph of module-to-module imports has no cycle (a depth-first search finds no back edge).
-  ``from server.x import y`` counts as an import of ``server.x.y`` when ``y`` is a module, else of ``server.x``.
+The shape itself is stated as import-linter contracts in ``pyproject.toml`` (``[tool.importlinter]``), checked by
+``lint-imports`` in ``scripts/test.sh``: the stage order, only ``server.web`` importing starlette / sse_starlette,
+the stages that must not know each other, and no import cycle inside a stage. Relative imports are ruff's
+(``TID252``). What no import contract can say is tested here: each stage's ``__init__.py`` says in its docstring
+what the stage takes in and hands on and re-exports nothing (so an import names the module it means), and
+``server/__init__.py`` holds only ``__version__``.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
-SERVER = Path(__file__).resolve().parents[1] / "server"
-
-# Ground floor first; a stage may import only from itself and the stages before it.
-STAGES = ["core", "book", "index", "search", "answer", "store", "streams", "chat", "reports", "web"]
-TOP = len(STAGES)  # server/__main__.py, server/cli.py
+ROOT = Path(__file__).resolve().parents[1]
+SERVER = ROOT / "server"
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def _modules() -> dict[str, Path]:
-    found = {}
-    for path in SERVER.rglob("*.py"):
-        parts = path.relative_to(SERVER.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found[name] = path
+def contracts() -> list[dict[str, object]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    found: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
     return found
 
 
-def _imports(path: Path, known: dict[str, Path]) -> set[str]:
-    """Every ``server`` module that ``path`` imports, wherever in the file the import is."""
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names if alias.name.split(".")[0] == "server")
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.split(".")[0] != "server":
-                continue
-            for alias in node.names:
-                child = f"{node.module}.{alias.name}"
-                out.add(child if child in known else node.module)
-        elif isinstance(node, ast.ImportFrom) and node.level:
-            raise AssertionError(f"{path}: relative import; write the absolute server.… path")
-    return out
+def stages() -> list[str]:
+    """The stages, top to bottom, as the layers contract lists them (the top-level modules left out)."""
+    (layers,) = [c for c in contracts() if c["type"] == "layers"]
+    names = layers["layers"]
+    assert isinstance(names, list)
+    return [name for name in names if (SERVER / name).is_dir()]
 
 
-def graph() -> dict[str, set[str]]:
-    known = _modules()
-    return {name: {d for d in _imports(path, known) if d != name} for name, path in known.items()}
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", str(root / "pyproject.toml")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-def rank(module: str) -> int:
-    """The floor ``module`` is on: its stage's place in ``STAGES``, or the top floor for server/*.py."""
-    parts = module.split(".")
-    if module == "server":
-        return 0
-    if len(parts) >= 2 and parts[1] in STAGES:
-        return STAGES.index(parts[1])
-    assert len(parts) <= 2, f"{module}: a subpackage missing from STAGES"
-    return TOP
+def test_the_layers_contract_lists_every_stage_from_the_edge_down_to_core() -> None:
+    assert stages() == ["web", "reports", "chat", "streams", "store", "answer", "search", "index", "book", "core"]
+    assert {p.parent.name for p in SERVER.glob("*/__init__.py")} == set(stages())
 
 
-def upward(g: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{m} -> {d}" for m, deps in g.items() for d in deps if d in g and rank(d) > rank(m))
-
-
-def cycle(g: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle as a list of modules (first == last), or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(m: str) -> list[str] | None:
-        state[m] = 1
-        path.append(m)
-        for d in sorted(g.get(m, ())):
-            if state.get(d) == 1:
-                return [*path[path.index(d) :], d]
-            if d not in state and (found := visit(d)) is not None:
-                return found
-        path.pop()
-        state[m] = 2
-        return None
-
-    for m in sorted(g):
-        if m not in state and (found := visit(m)) is not None:
-            return found
-    return None
-
-
-def test_every_subpackage_is_a_stage() -> None:
-    packages = {p.parent.name for p in SERVER.glob("*/__init__.py")}
-    assert packages == set(STAGES)
-
-
-def test_no_stage_imports_a_later_one() -> None:
-    assert upward(graph()) == []
-
-
-def test_no_import_cycle() -> None:
-    assert cycle(graph()) is None
-
-
-def test_every_stage_says_what_it_takes_in_and_hands_on() -> None:
-    for stage in STAGES:
+def test_every_stage_says_what_it_takes_in_and_hands_on_and_re_exports_nothing() -> None:
+    for stage in stages():
         tree = ast.parse((SERVER / stage / "__init__.py").read_text())
         assert ast.get_docstring(tree), f"server/{stage}/__init__.py has no docstring"
         assert not any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body), f"{stage}: re-exports"
 
 
-def test_the_checks_can_fail() -> None:
-    """The checks see an upward import and a circle when there is one (on a made-up graph)."""
-    g = {
-        "server.core.errors": {"server.web.app"},
-        "server.web.app": {"server.core.errors"},
-        "server.streams.relay": {"server.streams.streaming"},
-        "server.streams.streaming": {"server.streams.relay"},
+def test_the_package_root_holds_only_its_version() -> None:
+    tree = ast.parse((SERVER / "__init__.py").read_text())
+    assigned = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
+    assert assigned == ["__version__"]
+    assert all(isinstance(n, (ast.Expr, ast.Assign)) for n in tree.body)  # the docstring and __version__
+
+
+def test_the_contracts_hold_and_break_when_an_upward_or_a_framework_import_is_slipped_in(tmp_path: Path) -> None:
+    """On a copy of the tree: as it is, every contract is kept; then a search module imports chat (upward), a
+    streams module imports starlette, a store module imports answer and a book module imports a module that
+    imports it back (a cycle). Each breaks the contract that forbids it, and lint-imports fails."""
+    shutil.copytree(SERVER, tmp_path / "server", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    clean = lint_imports(tmp_path)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert f"Contracts: {len(contracts())} kept, 0 broken." in clean.stdout
+
+    slipped = {
+        "search/retrieval.py": "from server.chat import run",
+        "streams/relay.py": "import starlette.responses",
+        "store/sessions.py": "from server.answer import generation",
+        "book/slugs.py": "from server.book import mdx",  # mdx imports slugs
     }
-    assert upward(g) == ["server.core.errors -> server.web.app"]
-    assert cycle(g) in (
-        ["server.core.errors", "server.web.app", "server.core.errors"],
-        ["server.streams.relay", "server.streams.streaming", "server.streams.relay"],
-    )
+    for module, line in slipped.items():
+        path = tmp_path / "server" / module
+        path.write_text(path.read_text() + f"\n\ndef _slipped() -> None:\n    {line}  # noqa\n")
+    broken = lint_imports(tmp_path)
+    assert broken.returncode == 1
+    out = broken.stdout
+    assert "server.search is not allowed to import server.chat" in out
+    assert "server.streams is not allowed to import starlette" in out
+    assert "server.store is not allowed to import server.answer" in out or "server.answer is not allowed" in out
+    assert "No import cycle among the modules of a stage BROKEN" in out
+    assert f"Contracts: 0 kept, {len(contracts())} broken." in out.replace("\n", " ")
