@@ -1,4 +1,4 @@
-"""Confidence levels and the adaptive module filter, as tables (DESIGN.md "Retrieval and confidence")."""
+"""Confidence levels and the adaptive module filter, as tables (docs/evaluation.md, "How confidence is computed")."""
 
 from __future__ import annotations
 

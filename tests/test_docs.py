@@ -5,7 +5,7 @@
 - docs/sse-protocol.md names the event types of the stream and the notice codes the server sends;
 - docs/http-api.md names exactly the app's routes;
 - docs/schema.md names exactly the tables and columns the migrations create;
-- README.md and docs/*.md link only to files of this repository that exist (and to headings those files have),
+- README.md, frontend/README.md and docs/*.md link only to files of this repository that exist (and to headings those files have),
   and the README stays a first read (at most 350 lines).
 """
 
@@ -246,7 +246,7 @@ def test_the_documented_tables_and_columns_are_the_migrated_ones(database_url: s
 
 
 def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    return [ROOT / "README.md", ROOT / "frontend" / "README.md", *sorted(DOCS.glob("*.md"))]
 
 
 def links(path: Path) -> list[str]:

@@ -1,5 +1,5 @@
 /**
- * The server's contract as types (DESIGN.md "HTTP API" and "SSE protocol"), and the one place that
+ * The server's contract as types (docs/http-api.md and docs/sse-protocol.md), and the one place that
  * turns an SSE frame into a typed event; anything malformed becomes `null` and is ignored.
  */
 

@@ -1,4 +1,4 @@
-"""Chat sessions, messages and source citations (DESIGN.md "Schema").
+"""Chat sessions, messages and source citations (docs/schema.md).
 
 Revision ID: 0001
 Revises:
@@ -55,7 +55,7 @@ def upgrade() -> None:
         """
     )
     op.execute("CREATE INDEX ix_chat_messages_session_created ON chat_messages (session_id, created_at)")
-    # A repeated POST with the same client_request_id attaches to the first question (DESIGN.md ChatRequest).
+    # A repeated POST with the same client_request_id attaches to the first question (docs/http-api.md, ChatRequest).
     op.execute(
         "CREATE UNIQUE INDEX ux_chat_messages_client_request ON chat_messages (client_request_id) "
         "WHERE client_request_id IS NOT NULL AND role = 'user'"

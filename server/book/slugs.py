@@ -151,7 +151,7 @@ def doc_id(file_path: str, front_matter: Mapping[str, object]) -> str:
 def doc_url(base_url: str, file_path: str, front_matter: Mapping[str, object]) -> str:
     """`{base_url}/docs/{path}` for a doc, as Docusaurus `getSlug` computes it, without trailing slash.
 
-    Docusaurus gives category indexes a trailing slash (`/docs/guide/`); DESIGN.md wants none,
+    Docusaurus gives category indexes a trailing slash (`/docs/guide/`); our citation URLs have none,
     and with the default `trailingSlash: undefined` both forms serve the page.
     """
     folder, _, name = file_path.rpartition("/")

@@ -1,6 +1,6 @@
 """Logging set-up: one JSON object per line (or plain text), with the request and message ids of the current work.
 
-Question text is logged only at debug level (DESIGN.md settings: LOG_LEVEL); ``configure`` may run any number
+Question text is logged only at debug level (docs/settings.md: LOG_LEVEL); ``configure`` may run any number
 of times (each app, each command) and always leaves exactly one handler of ours on the root logger.
 """
 

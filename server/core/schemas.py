@@ -1,6 +1,6 @@
 """Request bodies: JSON in, validated frozen dataclasses out, with a clear 400 naming the field.
 
-The limits are DESIGN.md's ``ChatRequest``; the JSON Schemas here also feed ``/openapi.json``.
+The limits are ``ChatRequest``'s (docs/http-api.md); the JSON Schemas here also feed ``/openapi.json``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every setting the service reads, parsed once from the environment into one frozen object.
 
-Only this module touches ``os.environ``. Names and defaults are DESIGN.md's "Settings" table;
+Only this module touches ``os.environ``. Names and defaults are docs/settings.md's (a test holds the two together);
 a bad value stops start-up with a ``SettingsError`` naming the variable.
 """
 

@@ -1,4 +1,4 @@
-"""``GET /openapi.json``: the OpenAPI 3.1 document of the HTTP API (DESIGN.md "HTTP API").
+"""``GET /openapi.json``: the OpenAPI 3.1 document of the HTTP API (docs/http-api.md).
 
 Written by hand from the request schemas in ``schemas.py``; tests/test_openapi.py checks that every
 route of the app is described here and nothing else is.
@@ -14,7 +14,7 @@ from server.core.schemas import CHAT_REQUEST_SCHEMA, FEEDBACK_REQUEST_SCHEMA
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _SSE = {
     "text/event-stream": {
-        # One server-sent event (tools such as schemathesis check every event against it); DESIGN.md SSE protocol.
+        # One server-sent event (tools such as schemathesis check every event against it); docs/sse-protocol.md.
         "schema": {
             "type": "object",
             "required": ["event", "data"],
