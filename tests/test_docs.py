@@ -5,8 +5,8 @@
 - docs/sse-protocol.md names the event types of the stream and the notice codes the server sends;
 - docs/http-api.md names exactly the app's routes;
 - docs/schema.md names exactly the tables and columns the migrations create;
-- README.md, frontend/README.md and docs/*.md link only to files of this repository that exist (and to headings those files have),
-  and the README stays a first read (at most 350 lines).
+- README.md, frontend/README.md and docs/*.md link only to files of this repository that exist (and to headings
+  those files have), and the README stays a first read (at most 350 lines).
 """
 
 from __future__ import annotations
