@@ -205,8 +205,8 @@ def _scan(lines: list[str], slugger: Slugger) -> list[Block]:
         elif (opening := _ADMONITION_OPEN.match(line)) and (end := _admonition_end(lines, i, opening)) > 0:
             inside = _scan(lines[i + 1 : end - 1], slugger)  # its headings take ids but do not split it
             title = opening.group(3) if opening.group(3) is not None else opening.group(4)
-            block = Block("admonition", "\n".join(lines[i:end]), plain=title, variant=opening.group(2).lower())
-            block.children = inside
+            variant = opening.group(2).lower()
+            block = Block("admonition", "\n".join(lines[i:end]), plain=title, variant=variant, children=inside)
         elif _table_starts(lines, i):
             end = i + 2
             while end < len(lines) and lines[end].strip() and "|" in lines[end]:
