@@ -5,6 +5,7 @@
 - docs/sse-protocol.md names the event types of the stream and the notice codes the server sends;
 - docs/http-api.md names exactly the app's routes;
 - docs/schema.md names exactly the tables and columns the migrations create;
+- docs/architecture.md lists the stages in the order the import contract holds them to;
 - README.md, frontend/README.md and docs/*.md link only to files of this repository that exist (and to headings
   those files have), and the README stays a first read (at most 350 lines).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import get_args
@@ -240,6 +242,16 @@ def test_the_documented_tables_and_columns_are_the_migrated_ones(database_url: s
     for table, column in rows:
         migrated.setdefault(table, []).append(column)
     assert documented == migrated
+
+
+# -- the architecture ----------------------------------------------------------------------------------
+
+
+def test_the_stages_are_the_ones_the_layers_contract_orders() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (layers,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    stages = [name for name in reversed(layers["layers"]) if (SERVER / name).is_dir()]
+    assert first_cell_names(sections(read("architecture.md"), 2)["Stages"]) == stages
 
 
 # -- links and size --------------------------------------------------------------------------------------
