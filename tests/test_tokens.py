@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pytest
 
+from server.core import tokens
+
 ROOT = Path(__file__).resolve().parents[1]
 FILL_SCRIPT = ROOT / "scripts" / "fill_tiktoken_cache.py"
 
@@ -170,3 +172,27 @@ def test_filling_an_already_filled_cache_rewrites_nothing(filled_cache: Path) ->
 def test_a_js_tiktoken_ranks_module_becomes_tiktoken_lines_in_rank_order() -> None:
     module = 'export default {"pat_str":"x","special_tokens":{},"bpe_ranks":"! 0 YQ== Yg==\\n! 5 Yw=="};'
     assert fill_script.to_tiktoken_file(module) == b"YQ== 0\nYg== 1\nYw== 5\n"
+
+
+def test_tiktoken_reads_the_data_dirs_files_else_the_wheels_unless_told_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir, bundled = tmp_path / "data", tmp_path / "bundled"
+    bundled.mkdir()
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    assert tokens.configure_tiktoken_cache(data_dir, bundled) == bundled
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == str(bundled.resolve())
+
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
+    (data_dir / "tiktoken").mkdir(parents=True)
+    assert tokens.configure_tiktoken_cache(data_dir, bundled) == data_dir / "tiktoken"
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "mine"))
+    assert tokens.configure_tiktoken_cache(data_dir, bundled) == tmp_path / "mine"
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_without_any_files_tiktoken_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    assert tokens.configure_tiktoken_cache(tmp_path / "data", None) is None
+    assert "TIKTOKEN_CACHE_DIR" not in os.environ
