@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from server import __version__
-from server.core import logs, resources, tokens
+from server.core import logs, onnx_minilm, resources, tokens
 from server.core.errors import AppError
 from server.core.settings import Settings, SettingsError
 
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings.metrics_dir.mkdir(parents=True, exist_ok=True)
         result: int = args.run(args, settings)
         return result
-    except (SettingsError, UsageError, AppError) as exc:
+    except (SettingsError, UsageError, AppError, onnx_minilm.ModelUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -56,11 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _prepare(args: argparse.Namespace, settings: Settings) -> None:
     """What every command needs before it runs: where the data is (said when the installed command picked the
-    per-user folder itself), and tiktoken's files."""
+    per-user folder itself), tiktoken's files, and the MiniLM weights (installed on first use)."""
     files = resources.current()
     if files.installed and settings.data_dir == files.default_data_dir:
         print(f"textbook-chat: DATA_DIR is not set; data is kept in {settings.data_dir}", file=sys.stderr)
     tokens.configure_tiktoken_cache(settings.data_dir, files.tiktoken)
+    if args.command != "migrate":  # every other command embeds or counts with MiniLM's tokenizer
+        onnx_minilm.ensure_installed(lambda message: print(f"textbook-chat: {message}", file=sys.stderr))
 
 
 def _prog() -> str:
