@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,12 @@ def test_every_path_found_relative_to_the_root_is_one_the_wheel_carries() -> Non
         assert any(path == b or b in path.parents for b in bundled), path
     assert any(b.name == "tiktoken" for b in bundled)
 
+
+def test_setup_py_copies_exactly_the_paths_resources_looks_for() -> None:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    assigned = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "BUNDLED"
+    }
+    assert assigned["BUNDLED"] == resources.BUNDLED
