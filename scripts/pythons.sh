@@ -10,12 +10,14 @@ python_version() {
 }
 
 # Interpreters that may be one of the versions given (newest first): python3, the versioned names on PATH,
-# then the versions pyenv has installed (the free-threaded "3.13.0t" builds are left out: few wheels exist).
+# then the versions pyenv has installed, even when pyenv itself is not on PATH (the free-threaded "3.13.0t"
+# builds are left out: few wheels exist).
 python_candidates() {
   local version root
   echo python3
   for version in "$@"; do echo "python$version"; done
-  if command -v pyenv >/dev/null 2>&1 && root="$(pyenv root 2>/dev/null)"; then
+  root="$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")"
+  if [ -d "$root/versions" ]; then
     for version in "$@"; do
       find "$root/versions" -mindepth 1 -maxdepth 1 -regex ".*/${version//./\\.}\.[0-9]+" 2>/dev/null |
         sort -rV | sed 's|$|/bin/python3|'
