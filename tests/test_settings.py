@@ -91,6 +91,7 @@ def test_from_a_checkout_data_stays_in_dot_data_and_the_faq_is_the_repositorys()
 def test_data_dir_moves_the_embedded_index_unless_qdrant_path_is_set() -> None:
     assert Settings.from_env({"DATA_DIR": "/srv/tc"}).qdrant_path == Path("/srv/tc/qdrant")
     assert Settings.from_env({"DATA_DIR": "/srv/tc", "QDRANT_PATH": "/q"}).qdrant_path == Path("/q")
+    assert Settings.from_env({"DATA_DIR": "/srv/tc", "QDRANT_PATH": " "}).qdrant_path == Path("/srv/tc/qdrant")
 
 
 def test_blank_values_count_as_unset() -> None:

@@ -156,7 +156,7 @@ class Settings:
         )
         if settings.admin_token is not None and len(settings.admin_token.reveal()) < 16:
             raise SettingsError("ADMIN_TOKEN is too short: use at least 16 random characters (openssl rand -hex 24)")
-        if "QDRANT_PATH" not in env:
+        if r.optional_path("QDRANT_PATH") is None:
             # The embedded index lives in DATA_DIR (wherever that is) unless QDRANT_PATH says otherwise.
             settings = settings.replace(qdrant_path=settings.data_dir / "qdrant")
         return settings
