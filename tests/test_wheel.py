@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -98,9 +99,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield venv
 
 
-def test_the_installed_command_reports_the_version_and_runs_from_the_wheel(installed: Path) -> None:
-    done = _run([str(installed / "bin" / "textbook-chat"), "--version"], cwd=installed)
-    assert done.stdout.strip() == __version__
+def test_the_installed_command_has_every_subcommand_reports_the_version_and_runs_from_the_wheel(
+    installed: Path,
+) -> None:
+    command = str(installed / "bin" / "textbook-chat")
+    assert _run([command, "--version"], cwd=installed).stdout.strip() == __version__
+    usage = _run([command, "--help"], cwd=installed).stdout
+    assert usage.startswith("usage: textbook-chat ")
+    listed = set(re.findall(r"^    (\w+)", usage, re.MULTILINE))
+    assert {"serve", "ingest", "migrate", "purge", "report", "calibrate", "eval"} <= listed, usage
     where = _run([str(installed / "bin" / "python"), "-c", "import server; print(server.__file__)"], cwd=installed)
     assert Path(where.stdout.strip()).is_relative_to(installed)
 
