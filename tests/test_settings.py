@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from server.core import resources
 from server.core.settings import Secret, Settings, SettingsError
 
 
@@ -67,9 +68,30 @@ def test_lists_and_networks_are_parsed() -> None:
     assert settings.book_base_url == "https://book.example.org"
 
 
+def test_the_installed_command_keeps_its_data_in_the_per_user_folder_and_reads_the_wheels_faq(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "server"
+    (package / "_bundled").mkdir(parents=True)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    installed = resources.locate(package)
+    settings = Settings.from_env({}, resources=installed)
+    assert settings.data_dir == tmp_path / "xdg" / "textbook-chat"
+    assert settings.qdrant_path == tmp_path / "xdg" / "textbook-chat" / "qdrant"
+    assert settings.faq_path == package / "_bundled" / "faq" / "faq.json"
+    assert Settings.from_env({"DATA_DIR": "/srv/tc"}, resources=installed).data_dir == Path("/srv/tc")
+
+
+def test_from_a_checkout_data_stays_in_dot_data_and_the_faq_is_the_repositorys() -> None:
+    settings = Settings.from_env({})
+    assert settings.data_dir == Path("data") and settings.qdrant_path == Path("data/qdrant")
+    assert settings.faq_path == resources.locate().faq and settings.faq_path.is_file()
+
+
 def test_data_dir_moves_the_embedded_index_unless_qdrant_path_is_set() -> None:
     assert Settings.from_env({"DATA_DIR": "/srv/tc"}).qdrant_path == Path("/srv/tc/qdrant")
     assert Settings.from_env({"DATA_DIR": "/srv/tc", "QDRANT_PATH": "/q"}).qdrant_path == Path("/q")
+    assert Settings.from_env({"DATA_DIR": "/srv/tc", "QDRANT_PATH": " "}).qdrant_path == Path("/srv/tc/qdrant")
 
 
 def test_blank_values_count_as_unset() -> None:

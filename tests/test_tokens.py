@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pytest
 
+from server.core import tokens
+
 ROOT = Path(__file__).resolve().parents[1]
 FILL_SCRIPT = ROOT / "scripts" / "fill_tiktoken_cache.py"
 
@@ -202,3 +204,27 @@ def test_both_counters_truncate_to_a_prefix_that_fits_even_where_a_cut_falls_ins
         assert lengths == sorted(lengths), name  # a larger budget never keeps less
         assert lengths[-2:] == [len(text), len(text)], name  # the whole text at its own count and above
     assert result["connections"] == []
+
+
+def test_tiktoken_reads_the_data_dirs_files_else_the_wheels_unless_told_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir, bundled = tmp_path / "data", tmp_path / "bundled"
+    bundled.mkdir()
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    assert tokens.configure_tiktoken_cache(data_dir, bundled) == bundled
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == str(bundled.resolve())
+
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
+    (data_dir / "tiktoken").mkdir(parents=True)
+    assert tokens.configure_tiktoken_cache(data_dir, bundled) == data_dir / "tiktoken"
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "mine"))
+    assert tokens.configure_tiktoken_cache(data_dir, bundled) == tmp_path / "mine"
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_without_any_files_tiktoken_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    assert tokens.configure_tiktoken_cache(tmp_path / "data", None) is None
+    assert "TIKTOKEN_CACHE_DIR" not in os.environ

