@@ -1,0 +1,505 @@
+"""The offline answer's material: a chunk's Markdown cut into units a reader can be given whole, chosen, ordered.
+
+A unit is a sentence (with the sentence it leans on, when it opens with "This", "For example" ...), a lead-in with
+the list, code or table it introduces (cut to a budget), a list or a table row with its header. Units are read from
+the Markdown's form alone, never from what a book is about: navigation lines, link lists, admonition markers, MDX
+and HTML are never units, and a lead-in without what follows it is dropped. Scoring (lexical, then the
+cross-encoder) and streaming are ``generation.py``'s; this module chooses, merges duplicates and renders.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from server.index import sparse
+from server.search import passages
+
+UnitKind = Literal["sentence", "block"]
+
+LIST_BUDGET_WORDS = 90  # a lead-in's list, code or table is cut to about this many words
+CODE_BUDGET_LINES = 12
+SCORED_WORDS = 30  # what the cross-encoder reads of a unit (beside its heading)
+DUPLICATE_OVERLAP = 0.7  # share of the smaller unit's words the other holds: the same point said twice
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A piece of a source the answer may quote whole."""
+
+    kind: UnitKind
+    body: str  # Markdown as it will be shown, without the citation marker
+    lead: str  # for a block: its lead-in sentence ("" when it has none); the marker goes before its colon
+    heading: str  # the nearest heading above it, for scoring only
+    n: int | None  # the source (None: the reader's selection)
+    position: int  # order within its source
+    cites: tuple[int, ...] = ()
+    score: float = 0.0
+    terms: frozenset[str] = field(default=frozenset(), compare=False)
+
+    @property
+    def words(self) -> int:
+        return len(self.lead.split()) + len(self.body.split())
+
+    def scoring_text(self) -> str:
+        text = " ".join(f"{self.lead} {self.body}".split())
+        words = text.split()
+        if len(words) > SCORED_WORDS:
+            text = " ".join(words[:SCORED_WORDS])
+        return f"{self.heading}. {text}" if self.heading else text
+
+
+# -- Markdown to units ----------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+_ITEM = re.compile(r"^(\s*)([-*+]|\d{1,3}[.)])\s+(.*)$")
+_TABLE = re.compile(r"^\s*\|")
+_TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?\s*$")
+_SKIP_LINE = re.compile(r"^\s*(?::::|<|import\s|export\s|---+\s*$|\*\*\*+\s*$|___+\s*$|\{/\*)")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_NAV_LABEL = re.compile(
+    r"^(?:[-*+]\s+)?[*_]*(?:[←→⬅➡«»‹›<>]+\s*)?(?:previous|prev|next|back(?:\s+to)?|up next|continue(?:\s+to)?|"
+    r"go to|return to|home)\b[^.!?]{0,80}$",
+    re.I,
+)
+_ARROWS = re.compile(r"[←→⬅➡«»]")
+# Headings of what is not teaching text to quote: a page's reading lists and navigation.
+_LINK_SECTION = re.compile(
+    r"^\W*(?:[\d.]+\s*)?(?:references|bibliography|further reading|additional resources|resources|see also|"
+    r"related (?:pages|topics|reading)|external links|links|navigation|what'?s next|next steps|citations?)\W*$",
+    re.I,
+)
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(*`])")
+# A sentence that leans on the one before it: it is quoted with it, or not at all.
+_LEANS_BACK = re.compile(
+    r"^(?:[*_]+)?(?:this|these|that|those|it|its|they|their|such|here|thus|hence|therefore|however|"
+    r"for example|for instance|e\.g\.|in other words|in this case|that is|instead|otherwise|similarly|likewise)\b",
+    re.I,
+)
+_LABEL = re.compile(r"^[*_`]*[^.!?]{1,60}:[*_`]*$")  # "**Prediction:**", "Where:" - a label line
+_MIN_WORDS = 5
+
+
+@dataclass
+class _Block:
+    kind: Literal["heading", "para", "list", "code", "table"]
+    lines: list[str]
+
+
+def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Unit]:
+    """The quotable units of a chunk's Markdown, in source order."""
+    blocks = _blocks(text)
+    result: list[Unit] = []
+    heading = ""
+    skipping = False
+    i = 0
+    while i < len(blocks):
+        block = blocks[i]
+        if block.kind == "heading":
+            heading = _plain(block.lines[0])
+            skipping = bool(_LINK_SECTION.match(heading))
+            i += 1
+            continue
+        if skipping:
+            i += 1
+            continue
+        if block.kind == "para":
+            sentences = _paragraph_sentences(block.lines)
+            lead = sentences.pop() if sentences and _is_lead_in(sentences[-1]) else None
+            result += _sentence_units(sentences, heading, n, kind)
+            if lead is not None:
+                following, i = _introduced(blocks, i + 1)
+                if following and _quotable(lead, kind, allow_short=True):
+                    body = _render_blocks(following)
+                    if body:
+                        result.append(Unit("block", body, lead, heading, n, 0))
+                continue
+        elif block.kind == "list":
+            group = [block]
+            if _is_lead_in(block.lines[-1]):  # "4. **Implementation**:" and the code under it
+                following, after = _introduced(blocks, i + 1)
+                group += following
+                i = after - 1
+            if not _is_link_list(block.lines) and not _mostly_not_teaching(block.lines, kind):
+                body = _render_blocks(group)
+                if len(body.split()) >= _MIN_WORDS:
+                    result.append(Unit("block", body, "", heading, n, 0))
+        elif block.kind == "table":
+            result += [Unit("block", row, "", heading, n, 0) for row in _table_rows(block.lines)]
+        i += 1
+    return [replace(u, position=p, terms=frozenset(sparse.terms(u.scoring_text()))) for p, u in enumerate(result)]
+
+
+def sentences(text: str) -> list[str]:
+    """Prose sentences of a chunk: no code blocks, headings, tables, list markers or fragments too short to stand."""
+    result = []
+    for block in _blocks(text):
+        if block.kind == "para":
+            result += [s for s in _paragraph_sentences(block.lines) if _enough(s)]
+        elif block.kind == "list":
+            for line in block.lines:
+                item = _ITEM.match(line)
+                piece = item.group(3) if item else line.strip()
+                result += [s for s in _sentences(piece) if _enough(s)]
+    return result
+
+
+def _blocks(text: str) -> list[_Block]:
+    blocks: list[_Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            body = [line]
+            i += 1
+            while i < len(lines) and not lines[i].strip().startswith(fence.group(1)[:3]):
+                body.append(lines[i])
+                i += 1
+            body.append(fence.group(1))
+            blocks.append(_Block("code", body))
+            i += 1
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            blocks.append(_Block("heading", [heading.group(1)]))
+        elif not line.strip() or _SKIP_LINE.match(line) or _is_navigation(line):
+            if blocks and blocks[-1].kind == "para" and blocks[-1].lines:
+                blocks.append(_Block("para", []))  # a paragraph ends here; the next line starts another
+        elif _TABLE.match(line):
+            _extend(blocks, "table", line)
+        elif _ITEM.match(line):
+            _extend(blocks, "list", line)
+        elif blocks and blocks[-1].kind == "list" and line.startswith((" ", "\t")):
+            blocks[-1].lines[-1] += " " + line.strip()  # an item's continuation line
+        else:
+            _extend(blocks, "para", re.sub(r"^\s*>\s?", "", line))
+        i += 1
+    return [b for b in blocks if b.lines]
+
+
+def _extend(blocks: list[_Block], kind: Literal["para", "list", "table"], line: str) -> None:
+    if blocks and blocks[-1].kind == kind:
+        blocks[-1].lines.append(line)
+    else:
+        blocks.append(_Block(kind, [line]))
+
+
+def _paragraph_sentences(lines: Sequence[str]) -> list[str]:
+    """A paragraph's sentences; a line break ends one after a full stop, a question or a colon, and before an
+    answer option, so a quiz's lines never run together into one "sentence"."""
+    segments: list[str] = []
+    for line in lines:
+        line = line.strip()
+        if segments and not segments[-1].endswith((".", "!", "?", ":")) and not passages.is_question_line(line):
+            segments[-1] += " " + line
+        else:
+            segments.append(line)
+    return [sentence for segment in segments for sentence in _sentences(segment)]
+
+
+def _sentences(text: str) -> list[str]:
+    return [p.strip() for p in _SENTENCE_SPLIT.split(text) if p.strip()]
+
+
+def _enough(sentence: str) -> bool:
+    return len(sentence.split()) >= _MIN_WORDS
+
+
+def _is_lead_in(sentence: str) -> bool:
+    return sentence.rstrip("*_ ").endswith(":")
+
+
+def _quotable(sentence: str, kind: passages.Kind, *, allow_short: bool = False) -> bool:
+    if not allow_short and not _enough(sentence):
+        return False
+    return not passages.is_not_teaching(sentence, kind) and not _is_navigation(sentence)
+
+
+def _sentence_units(sentences: list[str], heading: str, n: int | None, kind: passages.Kind) -> list[Unit]:
+    """One unit per sentence; a sentence that leans on the one before is joined to it (two at most)."""
+    result: list[Unit] = []
+    previous: str | None = None
+    for sentence in sentences:
+        if not _quotable(sentence, kind) or _is_lead_in(sentence):
+            previous = None
+            continue
+        if _LEANS_BACK.match(sentence):
+            if previous is not None:
+                result[-1] = replace(result[-1], body=f"{previous} {sentence}")
+            previous = None  # quoted with its antecedent, or not at all
+            continue
+        result.append(Unit("sentence", sentence, "", heading, n, 0))
+        previous = sentence
+    return result
+
+
+def _introduced(blocks: list[_Block], start: int) -> tuple[list[_Block], int]:
+    """The blocks a lead-in introduces: lists, code and tables, and label lines ("**Update:**") between them."""
+    taken: list[_Block] = []
+    i = start
+    while i < len(blocks):
+        block = blocks[i]
+        if block.kind in ("list", "code", "table") or (
+            block.kind == "para" and len(block.lines) == 1 and _LABEL.match(block.lines[0].strip())
+        ):
+            taken.append(block)
+        else:
+            break
+        i += 1
+    while taken and taken[-1].kind == "para":  # a trailing label introduces nothing here
+        taken.pop()
+    return taken, i
+
+
+def _render_blocks(blocks: Sequence[_Block]) -> str:
+    """Lists, code, tables and labels as Markdown, cut to ``LIST_BUDGET_WORDS`` at a whole item or line."""
+    out: list[str] = []
+    words = 0
+    for block in blocks:
+        if words >= LIST_BUDGET_WORDS:
+            break
+        if block.kind == "code":
+            lines = block.lines[1:-1]
+            kept = lines[:CODE_BUDGET_LINES]
+            while kept and not kept[-1].strip():
+                kept.pop()
+            if not kept:
+                continue
+            out.append("\n".join([block.lines[0].strip(), *kept, block.lines[-1].strip()]))
+            words += sum(len(line.split()) for line in kept)
+        elif block.kind == "list":
+            items: list[str] = []
+            for line in block.lines:
+                if _is_navigation(line) or _is_link_list([line]):
+                    continue
+                length = len(line.split())
+                if items and words + length > LIST_BUDGET_WORDS:
+                    break
+                items.append(line.rstrip())
+                words += length
+            if items:
+                out.append("\n".join(_outdent(items)))
+        elif block.kind == "table":
+            rows = _table_rows(block.lines)
+            kept_rows: list[str] = []
+            for row in rows:
+                if kept_rows and words + len(row.split()) > LIST_BUDGET_WORDS:
+                    break
+                kept_rows.append(row)
+                words += len(row.split())
+            if kept_rows:
+                out.append("\n".join(kept_rows))
+        else:
+            out.append(block.lines[0].strip())
+            words += len(block.lines[0].split())
+    # Nothing may end on a lead-in whose list or code was cut away: a label, or an item ending in a colon.
+    while out:
+        lines = out[-1].splitlines()
+        while lines and _is_lead_in(lines[-1]) and not lines[-1].lstrip().startswith(("```", "~~~")):
+            lines.pop()
+        if lines:
+            out[-1] = "\n".join(lines)
+            break
+        out.pop()
+    return "\n\n".join(out)
+
+
+def _outdent(items: list[str]) -> list[str]:
+    indent = min(len(line) - len(line.lstrip()) for line in items)
+    return [line[indent:] for line in items]
+
+
+def _table_rows(lines: list[str]) -> list[str]:
+    """Each body row as a list item naming every column by its header: "- Feature: X; Gazebo: Y; Unity: Z"."""
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    if len(cells) < 3 or not _TABLE_DELIMITER.match(lines[1]):
+        return []
+    header = cells[0]
+    rows = []
+    for row in cells[2:]:
+        pairs = [f"{h}: {v}" if h else v for h, v in zip(header, row, strict=False) if v]
+        if pairs:
+            rows.append("- " + "; ".join(pairs))
+    return rows
+
+
+def _is_navigation(line: str) -> bool:
+    """A page's navigation: a previous / next / back label line, an arrow between links, or nothing but links."""
+    plain = line.strip()
+    if not plain:
+        return False
+    if _NAV_LABEL.match(_LINK.sub(r"\1", plain)) and (_LINK.search(plain) or _ARROWS.search(plain) or ":" in plain):
+        return True
+    links = _LINK.findall(plain)
+    if not links:
+        return False
+    rest = re.sub(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+", "", _LINK.sub(" ", plain))
+    return len(re.findall(r"[A-Za-z]{3,}", rest)) <= 2 or bool(_ARROWS.search(plain))
+
+
+def _is_link_list(lines: Sequence[str]) -> bool:
+    """A list whose items are mostly bare links (a reading list, a table of contents)."""
+    items = [line for line in lines if line.strip()]
+    linked = sum(1 for line in items if _is_navigation(line))
+    return bool(items) and linked >= max(1, math.ceil(0.5 * len(items)))
+
+
+def _mostly_not_teaching(lines: Sequence[str], kind: passages.Kind) -> bool:
+    flagged = 0
+    for line in lines:
+        item = _ITEM.match(line)
+        text = item.group(3) if item else line
+        if passages.is_not_teaching(text, kind) or passages.is_question_line(text):
+            flagged += 1
+    return flagged * 2 > len(lines)
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"[*_`]", "", _LINK.sub(r"\1", text)).split())
+
+
+# -- choosing and rendering ------------------------------------------------------------------------------
+
+Shape = Literal["define", "steps", "other"]
+
+_DEFINE = re.compile(r"^\s*(?:what\s+(?:is|are|was|were|does|do)\b|who\s+|define\b|what's\b|meaning of\b)", re.I)
+_STEPS = re.compile(
+    r"\b(?:how\s+(?:do|can|should|would)\s+(?:i|we|you|one)\b|how to\b|steps?\b|procedure\b|"
+    r"walk me through|set\s*up|install|configure|build|create)",
+    re.I,
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    units: int
+    words: int
+
+
+BUDGETS: dict[Shape, Budget] = {
+    "define": Budget(units=3, words=90),
+    "steps": Budget(units=4, words=170),
+    "other": Budget(units=4, words=130),
+}
+PER_SOURCE = 3
+
+
+def shape(question: str) -> Shape:
+    """What length of answer the question asks for: a definition, steps, or anything else."""
+    if _STEPS.search(question):
+        return "steps"
+    if _DEFINE.match(question):
+        return "define"
+    return "other"
+
+
+def choose(ranked: Sequence[Unit], budget: Budget) -> list[Unit]:
+    """The first units of ``ranked`` (best first) that fit ``budget``; a near-duplicate of a chosen unit is merged
+    into it (its source cited too) instead of being said again. The result keeps ``ranked``'s order."""
+    chosen: list[Unit] = []
+    per_source: dict[int | None, int] = {}
+    words = 0
+    for candidate in ranked:
+        twin = next((i for i, c in enumerate(chosen) if _same_point(candidate, c)), None)
+        if twin is not None:
+            kept = chosen[twin]
+            if candidate.n is not None and candidate.n not in kept.cites:
+                chosen[twin] = replace(kept, cites=(*kept.cites, candidate.n))
+            continue
+        if len(chosen) == budget.units or per_source.get(candidate.n, 0) == PER_SOURCE:
+            continue
+        if chosen and words + candidate.words > budget.words:
+            continue
+        chosen.append(replace(candidate, cites=(candidate.n,) if candidate.n is not None else ()))
+        per_source[candidate.n] = per_source.get(candidate.n, 0) + 1
+        words += candidate.words
+    return chosen
+
+
+def order(chosen: Sequence[Unit]) -> list[Unit]:
+    """The first (best) unit first; then the rest of its source in the source's order; then each other source, in
+    the order of its best unit, in its own order."""
+    if not chosen:
+        return []
+    best = chosen[0]
+    groups: dict[int | None, list[Unit]] = {}
+    for unit in chosen:  # dicts keep insertion order: a source's place is that of its best unit
+        groups.setdefault(unit.n, []).append(unit)
+    result = [best]
+    for group in groups.values():
+        result += sorted((u for u in group if u is not best), key=lambda u: u.position)
+    return result
+
+
+def render(ordered: Sequence[Unit]) -> str:
+    """Sentences of one source run together as a paragraph, its markers after the last; a block stands apart, its
+    marker before its lead-in's colon (or after its last line when it has no lead-in)."""
+    parts: list[str] = []
+    paragraph: list[str] = []
+    paragraph_cites: tuple[int, ...] = ()
+
+    def flush() -> None:
+        nonlocal paragraph
+        if paragraph:
+            parts.append(_cite_end(" ".join(paragraph), paragraph_cites))
+        paragraph = []
+
+    for unit in ordered:
+        if unit.kind == "sentence":
+            if paragraph and unit.cites != paragraph_cites:
+                flush()
+            paragraph.append(_stop(unit.body))
+            paragraph_cites = unit.cites
+            continue
+        flush()
+        if unit.lead:
+            parts.append(f"{_cite_lead(unit.lead, unit.cites)}\n\n{unit.body}")
+        else:
+            parts.append(_cite_block_end(unit.body, unit.cites))
+    flush()
+    return "\n\n".join(parts)
+
+
+def _same_point(a: Unit, b: Unit) -> bool:
+    if not a.terms or not b.terms:
+        return False
+    return len(a.terms & b.terms) / min(len(a.terms), len(b.terms)) >= DUPLICATE_OVERLAP
+
+
+def _markers(cites: Sequence[int]) -> str:
+    return "".join(f"[{n}]" for n in cites)
+
+
+def _stop(text: str) -> str:
+    return text if text[-1:] in ".!?" else f"{text}."
+
+
+def _cite_end(text: str, cites: Sequence[int]) -> str:
+    if not cites:
+        return text
+    match = re.search(r"([.!?])([*_]*)$", text)
+    if match:
+        return f"{text[: match.start()]} {_markers(cites)}{match.group(1)}{match.group(2)}"
+    return f"{text} {_markers(cites)}"
+
+
+def _cite_lead(lead: str, cites: Sequence[int]) -> str:
+    if not cites:
+        return lead
+    match = re.search(r":([*_]*)\s*$", lead)
+    assert match is not None
+    return f"{lead[: match.start()].rstrip()} {_markers(cites)}:{match.group(1)}"
+
+
+def _cite_block_end(body: str, cites: Sequence[int]) -> str:
+    if not cites:
+        return body
+    if body.rstrip().endswith(("```", "~~~")):
+        return f"{body}\n\n{_markers(cites)}"
+    return f"{body.rstrip()} {_markers(cites)}"
