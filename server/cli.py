@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -393,7 +394,8 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
         async with _built_index(settings) as (index, embedder):
             retriever = Retriever(index, embedder, await calibration.stored(index, embedder))
             outcomes = await evaluate.run(retriever, questions, module_aware=args.module_aware)
-            answers.extend(await facts.run(retriever, offline_generator(), questions, module_aware=args.module_aware))
+            generator = offline_generator(wait_s=math.inf)
+            answers.extend(await facts.run(retriever, generator, questions, module_aware=args.module_aware))
             if args.save:
                 try:
                     derived = evaluate.calibrate(outcomes)

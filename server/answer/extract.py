@@ -22,7 +22,7 @@ UnitKind = Literal["sentence", "block"]
 
 LIST_BUDGET_WORDS = 90  # a lead-in's list, code or table is cut to about this many words
 CODE_BUDGET_LINES = 12
-SCORED_WORDS = 30  # what the cross-encoder reads of a unit (beside its heading)
+SCORED_WORDS = 28  # what the cross-encoder reads of a unit (beside its heading)
 DUPLICATE_OVERLAP = 0.7  # share of the smaller unit's words the other holds: the same point said twice
 
 
@@ -45,15 +45,17 @@ class Unit:
         return len(self.lead.split()) + len(self.body.split())
 
     def scoring_text(self) -> str:
-        text = " ".join(f"{self.lead} {self.body}".split())
+        """What a scorer reads: the heading, then the unit's first ``SCORED_WORDS`` words without Markdown syntax
+        (backticks, emphasis, fences and list markers cost word pieces and say nothing)."""
+        text = _MARKUP_SYNTAX.sub(" ", f"{self.lead}\n{self.body}")
         words = text.split()
-        if len(words) > SCORED_WORDS:
-            text = " ".join(words[:SCORED_WORDS])
+        text = " ".join(words[:SCORED_WORDS])
         return f"{self.heading}. {text}" if self.heading else text
 
 
 # -- Markdown to units ----------------------------------------------------------------------------------
 
+_MARKUP_SYNTAX = re.compile(r"`{3}[\w+-]*|[`*_|]+|^\s*(?:[-+]|\d{1,3}[.)])\s", re.M)
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _ITEM = re.compile(r"^(\s*)([-*+]|\d{1,3}[.)])\s+(.*)$")

@@ -51,6 +51,14 @@ TEMPERATURE = 0.3
 MAX_TOKENS = 800
 MAX_RETRY_AFTER_S = 10.0  # a longer Retry-After is not worth a reader's wait: answer offline instead
 
+# Keyword overlap decides what may be quoted; the cross-encoder reads the best few of those and decides their
+# order, so what fits the answer's budget is what answers best. Four short units (a heading and 28 words, about
+# 50 word pieces with the question) take 30-60 ms on one core of this machine, several times that under load;
+# past CROSS_ENCODER_WAIT_S the answer goes out in keyword order rather than keep the reader waiting (README).
+CROSS_ENCODER_UNITS = 4
+CROSS_ENCODER_WAIT_S = 0.25
+ANSWERS_LOGIT = 0.0  # with no keyword in common, a unit is quoted only when the cross-encoder says it answers
+
 FinishReason = Literal["stop", "length", "declined", "fallback", "cancelled"]
 
 
@@ -101,12 +109,15 @@ class Generator(Protocol):
     async def aclose(self) -> None: ...
 
 
-def offline_generator(cross_encoder: CrossEncoder | None = None) -> ExtractiveGenerator:
+def offline_generator(
+    cross_encoder: CrossEncoder | None = None, *, wait_s: float = CROSS_ENCODER_WAIT_S
+) -> ExtractiveGenerator:
     """The offline generator as the server builds it: ranking with ``cross_encoder`` (a new one when none is
-    given and its weights are installed), by keyword overlap when they are not."""
+    given and its weights are installed), by keyword overlap when they are not. ``eval`` waits for the
+    cross-encoder however long it takes (``wait_s=math.inf``), so its figures do not follow the machine's load."""
     if cross_encoder is None and available():
         cross_encoder = CrossEncoder()
-    return ExtractiveGenerator(cross_encoder=cross_encoder)
+    return ExtractiveGenerator(cross_encoder=cross_encoder, cross_encoder_wait_s=wait_s)
 
 
 def create_generator(settings: Settings, *, cross_encoder: CrossEncoder | None = None) -> Generator:
@@ -344,12 +355,6 @@ def _prompt_source(source: Source) -> PromptSource:
 
 # -- the offline generator -----------------------------------------------------------------------------
 
-# Keyword overlap decides what may be quoted; the cross-encoder reads the best few of those and decides their
-# order, so what fits the answer's budget is what answers best. Six short units (30 words and a heading, about
-# 60 word pieces with the question) take ~60 ms on one core of this machine, ~120 ms under load (README).
-CROSS_ENCODER_UNITS = 6
-ANSWERS_LOGIT = 0.0  # with no keyword in common, a unit is quoted only when the cross-encoder says it answers
-
 
 class ExtractiveGenerator:
     """Streams the units of the sources that best answer the question (sentences, lead-ins with their lists,
@@ -362,11 +367,17 @@ class ExtractiveGenerator:
     name = "extractive"
 
     def __init__(
-        self, *, pace_s: float = 0.008, words_per_token: int = 3, cross_encoder: CrossEncoder | None = None
+        self,
+        *,
+        pace_s: float = 0.008,
+        words_per_token: int = 3,
+        cross_encoder: CrossEncoder | None = None,
+        cross_encoder_wait_s: float = CROSS_ENCODER_WAIT_S,
     ) -> None:
         self._pace_s = pace_s  # a readable stream for the demo, ~0.4 s for a whole answer
         self._words_per_token = words_per_token
         self.cross_encoder = cross_encoder
+        self.cross_encoder_wait_s = cross_encoder_wait_s
 
     async def aclose(self) -> None:
         return None
@@ -395,9 +406,12 @@ class ExtractiveGenerator:
             return plan
         scores: list[float] | None = None
         if self.cross_encoder is not None and plan.to_read:
+            reading = self.cross_encoder.ascore(request.question, [u.scoring_text() for u in plan.to_read])
             try:
-                logits = await self.cross_encoder.ascore(request.question, [u.scoring_text() for u in plan.to_read])
+                logits = await asyncio.wait_for(reading, self.cross_encoder_wait_s)
                 scores = [float(x) for x in logits]
+            except TimeoutError:
+                log.info("cross-encoder slower than %.2f s; answering in keyword order", self.cross_encoder_wait_s)
             except CrossEncoderUnavailable as exc:
                 log.warning("offline answers rank by keywords only: %s", exc)
                 self.cross_encoder = None
