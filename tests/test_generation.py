@@ -5,6 +5,7 @@ The OpenAI path runs against tests/fake_openai.py on a real socket through the r
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import replace
@@ -226,7 +227,9 @@ async def test_the_cross_encoder_puts_the_sentence_that_answers_first_on_a_demo_
         history=[],
         mode="textbook",
     )
-    answered = await ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder).answer_async(request)
+    answered = await ExtractiveGenerator(
+        pace_s=0, cross_encoder=cross_encoder, cross_encoder_wait_s=math.inf
+    ).answer_async(request)
     assert answered.startswith("The **Zero Moment Point (ZMP)**, introduced by Miomir Vukobratović")
     # Keyword overlap alone opens with the capture point, which shares more words with the question.
     by_keywords = ExtractiveGenerator(pace_s=0).answer(request)
@@ -293,3 +296,17 @@ async def test_units_after_the_first_keep_their_source_order() -> None:
     text = ExtractiveGenerator(pace_s=0).answer(request)
     assert text.startswith("The Jacobian relates")
     assert text.index("Joint limits") < text.index("A singular Jacobian")
+
+
+async def test_a_cross_encoder_slower_than_its_wait_leaves_the_answer_in_keyword_order(
+    cross_encoder: CrossEncoder,
+) -> None:
+    page = "01-foundations/02-kinematics-balance-control.md"
+    request = GenerationRequest(
+        question="What is the Zero Moment Point and why must it stay inside the support polygon?",
+        sources=[demo_passage(page, "That rule is enough", 1), demo_passage(page, "### Capture Point", 2)],
+        history=[],
+        mode="textbook",
+    )
+    impatient = ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder, cross_encoder_wait_s=0.0)
+    assert await impatient.answer_async(request) == ExtractiveGenerator(pace_s=0).answer(request)
