@@ -22,7 +22,7 @@ UnitKind = Literal["sentence", "block"]
 
 LIST_BUDGET_WORDS = 90  # a lead-in's list, code or table is cut to about this many words
 CODE_BUDGET_LINES = 12
-SCORED_WORDS = 28  # what the cross-encoder reads of a unit (beside its heading)
+SCORED_WORDS = 20  # what the cross-encoder reads of a unit (beside its heading)
 DUPLICATE_OVERLAP = 0.7  # share of the smaller unit's words the other holds: the same point said twice
 
 

@@ -52,8 +52,8 @@ MAX_TOKENS = 800
 MAX_RETRY_AFTER_S = 10.0  # a longer Retry-After is not worth a reader's wait: answer offline instead
 
 # Keyword overlap decides what may be quoted; the cross-encoder reads the best few of those and decides their
-# order, so what fits the answer's budget is what answers best. Four short units (a heading and 28 words, about
-# 50 word pieces with the question) take 30-60 ms on one core of this machine, several times that under load;
+# order, so what fits the answer's budget is what answers best. Four short units (a heading and 20 words, about
+# 40 word pieces with the question) take 25-50 ms on one core of this machine, several times that under load;
 # past CROSS_ENCODER_WAIT_S the answer goes out in keyword order rather than keep the reader waiting (README).
 CROSS_ENCODER_UNITS = 4
 CROSS_ENCODER_WAIT_S = 0.25
