@@ -162,3 +162,12 @@ def test_the_best_unit_opens_then_its_source_in_order_then_other_sources() -> No
 def test_the_answer_length_follows_the_question(question: str, expected: str) -> None:
     assert shape(question) == expected
     assert extract.BUDGETS["define"].words < extract.BUDGETS["other"].words < extract.BUDGETS["steps"].words
+
+
+def test_a_lead_in_with_emphasis_or_space_after_its_colon_takes_its_marker_before_the_colon() -> None:
+    text = (
+        "**The launch file does three things:** \n\n- starts the driver\n- loads the parameters\n- opens the viewer\n"
+    )
+    (found,) = units(text, 2)
+    rendered = render([replace(found, cites=(2,))])
+    assert rendered.startswith("**The launch file does three things [2]:**\n\n- starts the driver")

@@ -306,3 +306,38 @@ async def test_a_cross_encoder_slower_than_its_wait_leaves_the_answer_in_keyword
     )
     impatient = ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder, cross_encoder_wait_s=0.0)
     assert await impatient.answer_async(request) == ExtractiveGenerator(pace_s=0).answer(request)
+
+
+SHELL_PAGE = """## Making a script executable
+
+:::note
+Scripts in this course run under `bash`.
+:::
+
+A shell script is a text file of commands that the shell runs one after the other.
+
+To run a script by its name:
+
+1. Add a shebang line such as `#!/usr/bin/env bash` at the top of the file.
+2. Give the file execute permission with `chmod +x script.sh`.
+3. Run it from its directory as `./script.sh`.
+
+| Permission | Symbol | Meaning |
+|---|---|---|
+| read | r | the file may be read |
+| execute | x | the file may be run as a program |
+
+[← Previous: Variables](./variables.md) | [Next: Loops →](./loops.md)
+"""
+
+
+async def test_a_how_do_i_question_on_a_shell_course_page_gets_the_numbered_steps_and_no_navigation() -> None:
+    request = GenerationRequest(
+        "How do I make a shell script executable and run it?", [source(1, SHELL_PAGE)], [], "textbook"
+    )
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert "To run a script by its name [1]:\n\n1. Add a shebang line" in text
+    assert "2. Give the file execute permission with `chmod +x script.sh`." in text
+    assert "3. Run it from its directory as `./script.sh`." in text
+    assert "Previous" not in text and "Loops" not in text and ":::" not in text
+    assert facts.dangling_lead_ins(text) == facts.navigation_lines(text) == facts.repeated_sentences(text) == 0

@@ -23,7 +23,8 @@ UnitKind = Literal["sentence", "block"]
 LIST_BUDGET_WORDS = 90  # a lead-in's list, code or table is cut to about this many words
 CODE_BUDGET_LINES = 12
 SCORED_WORDS = 20  # what the cross-encoder reads of a unit (beside its heading)
-DUPLICATE_OVERLAP = 0.7  # share of the smaller unit's words the other holds: the same point said twice
+DUPLICATE_OVERLAP = 0.8  # share of the smaller unit's terms the other holds: the same point said twice
+DUPLICATE_MIN_TERMS = 5
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,9 @@ def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Un
         elif block.kind == "table":
             result += [Unit("block", row, "", heading, n, 0) for row in _table_rows(block.lines)]
         i += 1
+    # The keyword score reads what the cross-encoder reads, a unit's heading and opening words: the whole of a long
+    # list would swamp the length normalisation with terms its lead-in does not promise (on the shared, held-out
+    # and demo sets this gave fact recall 0.742 / 0.811 / 0.691 against 0.722 / 0.755 / 0.691 for whole units).
     return [replace(u, position=p, terms=frozenset(sparse.terms(u.scoring_text()))) for p, u in enumerate(result)]
 
 
@@ -471,9 +475,16 @@ def render(ordered: Sequence[Unit]) -> str:
 
 
 def _same_point(a: Unit, b: Unit) -> bool:
-    if not a.terms or not b.terms:
-        return False
-    return len(a.terms & b.terms) / min(len(a.terms), len(b.terms)) >= DUPLICATE_OVERLAP
+    """The same point said twice: most of the shorter unit's own words (its heading aside) are in the other. A unit
+    of fewer than ``DUPLICATE_MIN_TERMS`` terms is too short to tell."""
+    ta, tb = _own_terms(a), _own_terms(b)
+    if min(len(ta), len(tb)) < DUPLICATE_MIN_TERMS:
+        return a.body == b.body
+    return len(ta & tb) / min(len(ta), len(tb)) >= DUPLICATE_OVERLAP
+
+
+def _own_terms(unit: Unit) -> frozenset[str]:
+    return frozenset(sparse.terms(f"{unit.lead}\n{unit.body}"))
 
 
 def _markers(cites: Sequence[int]) -> str:
@@ -496,9 +507,10 @@ def _cite_end(text: str, cites: Sequence[int]) -> str:
 def _cite_lead(lead: str, cites: Sequence[int]) -> str:
     if not cites:
         return lead
-    match = re.search(r":([*_]*)\s*$", lead)
-    assert match is not None
-    return f"{lead[: match.start()].rstrip()} {_markers(cites)}:{match.group(1)}"
+    match = re.search(r":([\s*_]*)$", lead)
+    if match is None:  # not a lead-in after all: the marker goes at its end
+        return _cite_end(lead, cites)
+    return f"{lead[: match.start()].rstrip()} {_markers(cites)}:{match.group(1).rstrip()}"
 
 
 def _cite_block_end(body: str, cites: Sequence[int]) -> str:
