@@ -1,6 +1,6 @@
 """The offline answer through the public API (issue 30): the facts it holds, its faults, its time to first token.
 
-    .venv/bin/python -m bench.offline [--shared-dir DIR] [--demo-dir DIR] [--rounds N] [--json PATH]
+    .venv/bin/python -m bench.offline [--shared-dir DIR] [--demo-dir DIR] [--rounds N] [--quick] [--json PATH]
 
 Serves each book with the default offline settings (``python -m server serve``, no model key, one worker, a
 scratch Postgres database) and asks every question of its sets that lists ``answer_facts`` (the shared book's
@@ -170,6 +170,7 @@ def main() -> None:
     parser.add_argument("--shared-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the shared book")
     parser.add_argument("--demo-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the demo book")
     parser.add_argument("--rounds", type=int, default=2, help="times each question is asked (timings only)")
+    parser.add_argument("--quick", action="store_true", help="each question once (a smoke run)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here (bench/figures.py)")
     args = parser.parse_args()
     if not SHARED_BOOK.is_dir():
@@ -177,7 +178,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-offline-") as scratch:
         shared = args.shared_dir or Path(scratch) / "shared"
         demo = args.demo_dir or Path(scratch) / "demo"
-        figures = asyncio.run(measure(shared, demo, args.rounds))
+        figures = asyncio.run(measure(shared, demo, 1 if args.quick else args.rounds))
     print(table(figures))
     if args.json is not None:
         write(figures, args.json)
