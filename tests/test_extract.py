@@ -171,3 +171,12 @@ def test_a_lead_in_with_emphasis_or_space_after_its_colon_takes_its_marker_befor
     (found,) = units(text, 2)
     rendered = render([replace(found, cites=(2,))])
     assert rendered.startswith("**The launch file does three things [2]:**\n\n- starts the driver")
+
+
+def test_a_bare_list_of_terms_and_code_of_nothing_but_imports_are_not_quoted() -> None:
+    text = (
+        "## Key Terms\n- Morphological Computation\n- Central Pattern Generators\n- Soft Robotics\n\n"
+        "## Example\nThe integration starts from these imports:\n\n"
+        "```python\n# Isaac integration example\nimport numpy as np\nfrom omni.isaac.core import World\n```\n"
+    )
+    assert units(text, 1) == []

@@ -256,7 +256,9 @@ async def test_a_table_row_is_quoted_with_its_header() -> None:
     )
     request = GenerationRequest("How does Unity compare with Gazebo on rendering quality?", [table], [], "textbook")
     text = ExtractiveGenerator(pace_s=0).answer(request)
-    assert text.startswith("- Feature: Rendering quality; Gazebo: Moderate; Unity: High [1]")
+    # A row needs no lead-in of its own: its heading introduces it, once for the rows of one table.
+    assert text.startswith("From “Comparison” [1]:\n\n- Feature: Rendering quality; Gazebo: Moderate; Unity: High")
+    assert text.count("From “Comparison”") == 1 and facts.dangling_lead_ins(text) == 0
 
 
 async def test_navigation_is_never_quoted_even_when_it_matches_the_question() -> None:

@@ -58,6 +58,10 @@ class Unit:
 
 _MARKUP_SYNTAX = re.compile(r"`{3}[\w+-]*|[`*_|]+|^\s*(?:[-+]|\d{1,3}[.)])\s", re.M)
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+# Code lines that only set the stage: imports, includes, comments, an XML declaration.
+_PREAMBLE = re.compile(
+    r"^\s*(?:import\s|from\s+\S+\s+import\s|#(?!!)|//|/\*|\*|--\s|using\s|package\s|require[\s(]|<\?xml|<!--)"
+)
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _ITEM = re.compile(r"^(\s*)([-*+]|\d{1,3}[.)])\s+(.*)$")
 _TABLE = re.compile(r"^\s*\|")
@@ -129,7 +133,11 @@ def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Un
                 following, after = _introduced(blocks, i + 1)
                 group += following
                 i = after - 1
-            if not _is_link_list(block.lines) and not _mostly_not_teaching(block.lines, kind):
+            if (
+                not _is_link_list(block.lines)
+                and not _mostly_not_teaching(block.lines, kind)
+                and not _is_term_list(group)
+            ):
                 body = _render_blocks(group)
                 if len(body.split()) >= _MIN_WORDS:
                     result.append(Unit("block", body, "", heading, n, 0))
@@ -277,8 +285,8 @@ def _render_blocks(blocks: Sequence[_Block]) -> str:
             kept = lines[:CODE_BUDGET_LINES]
             while kept and not kept[-1].strip():
                 kept.pop()
-            if not kept:
-                continue
+            if not kept or all(_PREAMBLE.match(line) for line in kept if line.strip()):
+                continue  # nothing but imports and comments within the budget says nothing
             out.append("\n".join([block.lines[0].strip(), *kept, block.lines[-1].strip()]))
             words += sum(len(line.split()) for line in kept)
         elif block.kind == "list":
@@ -356,6 +364,17 @@ def _is_link_list(lines: Sequence[str]) -> bool:
     items = [line for line in lines if line.strip()]
     linked = sum(1 for line in items if _is_navigation(line))
     return bool(items) and linked >= max(1, math.ceil(0.5 * len(items)))
+
+
+def _is_term_list(blocks: Sequence[_Block]) -> bool:
+    """A bare list of names (key terms, topics covered): items of four words or fewer that state nothing."""
+    if len(blocks) != 1:
+        return False
+    items = []
+    for line in blocks[0].lines:
+        item = _ITEM.match(line)
+        items.append(item.group(3) if item else line)
+    return all(len(item.split()) <= 4 and not re.search(r"[:.;!?=]", item) for item in items)
 
 
 def _mostly_not_teaching(lines: Sequence[str], kind: passages.Kind) -> bool:
@@ -447,10 +466,12 @@ def order(chosen: Sequence[Unit]) -> list[Unit]:
 
 def render(ordered: Sequence[Unit]) -> str:
     """Sentences of one source run together as a paragraph, its markers after the last; a block stands apart, its
-    marker before its lead-in's colon (or after its last line when it has no lead-in)."""
+    marker before its lead-in's colon. A block without a lead-in is introduced by its heading ("From “PID
+    Control” [1]:"), once for consecutive blocks under the same heading (rows of one table)."""
     parts: list[str] = []
     paragraph: list[str] = []
     paragraph_cites: tuple[int, ...] = ()
+    label: tuple[str, tuple[int, ...]] | None = None  # the heading and markers of the last label written
 
     def flush() -> None:
         nonlocal paragraph
@@ -464,14 +485,26 @@ def render(ordered: Sequence[Unit]) -> str:
                 flush()
             paragraph.append(_stop(unit.body))
             paragraph_cites = unit.cites
+            label = None
             continue
         flush()
         if unit.lead:
             parts.append(f"{_cite_lead(unit.lead, unit.cites)}\n\n{unit.body}")
+            label = None
+        elif unit.heading and label == (unit.heading, unit.cites):
+            parts[-1] += f"\n{unit.body}" if _is_list(parts[-1]) and _is_list(unit.body) else f"\n\n{unit.body}"
+        elif unit.heading:
+            parts.append(f"From “{unit.heading}” {_markers(unit.cites)}:\n\n{unit.body}".replace(" :", ":"))
+            label = (unit.heading, unit.cites)
         else:
             parts.append(_cite_block_end(unit.body, unit.cites))
+            label = None
     flush()
     return "\n\n".join(parts)
+
+
+def _is_list(text: str) -> bool:
+    return bool(_ITEM.match(text.splitlines()[-1])) if text.strip() else False
 
 
 def _same_point(a: Unit, b: Unit) -> bool:
