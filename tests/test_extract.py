@@ -180,3 +180,12 @@ def test_a_bare_list_of_terms_and_code_of_nothing_but_imports_are_not_quoted() -
         "```python\n# Isaac integration example\nimport numpy as np\nfrom omni.isaac.core import World\n```\n"
     )
     assert units(text, 1) == []
+
+
+def test_a_chapters_objectives_are_not_quoted_as_its_teaching() -> None:
+    text = (
+        "## Learning Objectives\nAfter completing this chapter, students will be able to:\n\n"
+        "- Explain how a shell finds the program a command names\n- Write a script that loops over files\n\n"
+        "## The search path\nThe shell looks for a command in each directory listed in the PATH variable, in order.\n"
+    )
+    assert bodies(text) == ["The shell looks for a command in each directory listed in the PATH variable, in order."]

@@ -74,10 +74,12 @@ _NAV_LABEL = re.compile(
     re.I,
 )
 _ARROWS = re.compile(r"[←→⬅➡«»]")
-# Headings of what is not teaching text to quote: a page's reading lists and navigation.
-_LINK_SECTION = re.compile(
+# Headings of what is not teaching text to quote: a page's reading lists and navigation, and what a chapter
+# promises or assumes rather than teaches (its objectives restate the topics a question asks about).
+_SKIPPED_SECTION = re.compile(
     r"^\W*(?:[\d.]+\s*)?(?:references|bibliography|further reading|additional resources|resources|see also|"
-    r"related (?:pages|topics|reading)|external links|links|navigation|what'?s next|next steps|citations?)\W*$",
+    r"related (?:pages|topics|reading)|external links|links|navigation|what'?s next|next steps|citations?|"
+    r"(?:learning )?objectives|learning outcomes|prerequisites|what you(?:'ll| will) learn)\W*$",
     re.I,
 )
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(*`])")
@@ -91,6 +93,7 @@ _LEANS_BACK = re.compile(
 # words at most; "To create a workspace:" is a lead-in of its own).
 _LABEL = re.compile(r"^(?:[*_]{1,2}[^*_.!?]{1,60}:?[*_]{1,2}:?|(?:\S+\s+){0,2}\S+:)$")
 _MIN_WORDS = 5
+TERM_WORDS = 6  # "Linear Inverted Pendulum Model (LIPM)" is a name, not a statement
 
 
 @dataclass
@@ -110,7 +113,7 @@ def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Un
         block = blocks[i]
         if block.kind == "heading":
             heading = _plain(block.lines[0])
-            skipping = bool(_LINK_SECTION.match(heading))
+            skipping = bool(_SKIPPED_SECTION.match(heading))
             i += 1
             continue
         if skipping:
@@ -367,14 +370,14 @@ def _is_link_list(lines: Sequence[str]) -> bool:
 
 
 def _is_term_list(blocks: Sequence[_Block]) -> bool:
-    """A bare list of names (key terms, topics covered): items of four words or fewer that state nothing."""
+    """A bare list of names (key terms, topics covered): short items that state nothing (no colon, no stop)."""
     if len(blocks) != 1:
         return False
     items = []
     for line in blocks[0].lines:
         item = _ITEM.match(line)
         items.append(item.group(3) if item else line)
-    return all(len(item.split()) <= 4 and not re.search(r"[:.;!?=]", item) for item in items)
+    return all(len(item.split()) <= TERM_WORDS and not re.search(r"[:.;!?=]", item) for item in items)
 
 
 def _mostly_not_teaching(lines: Sequence[str], kind: passages.Kind) -> bool:
