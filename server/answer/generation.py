@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -115,9 +116,15 @@ def offline_generator(
     """The offline generator as the server builds it: ranking with ``cross_encoder`` (a new one when none is
     given and its weights are installed), by keyword overlap when they are not. ``eval`` waits for the
     cross-encoder however long it takes (``wait_s=math.inf``), so its figures do not follow the machine's load."""
-    if cross_encoder is None and available():
-        cross_encoder = CrossEncoder()
+    if cross_encoder is None:
+        cross_encoder = _process_cross_encoder()
     return ExtractiveGenerator(cross_encoder=cross_encoder, cross_encoder_wait_s=wait_s)
+
+
+@functools.cache
+def _process_cross_encoder() -> CrossEncoder | None:
+    """One cross-encoder per process (its session is ~22 MB): every app a process builds shares it."""
+    return CrossEncoder() if available() else None
 
 
 def create_generator(settings: Settings, *, cross_encoder: CrossEncoder | None = None) -> Generator:
