@@ -189,3 +189,15 @@ def test_a_chapters_objectives_are_not_quoted_as_its_teaching() -> None:
         "## The search path\nThe shell looks for a command in each directory listed in the PATH variable, in order.\n"
     )
     assert bodies(text) == ["The shell looks for a command in each directory listed in the PATH variable, in order."]
+
+
+def test_a_prompt_to_the_student_is_not_quoted_but_the_list_under_it_still_may_be() -> None:
+    text = (
+        "## Sim-to-real\nExplain the differences between simulation and the real robot in your own words.\n\n"
+        "Discuss the methods for closing the sim-to-real gap:\n\n"
+        "1. **Domain randomization**: vary lighting, textures and masses during training\n"
+        "2. **System identification**: tune the simulation's parameters to match the robot\n"
+    )
+    (unit,) = units(text, 1)
+    assert unit.lead == "" and unit.body.startswith("1. **Domain randomization**")
+    assert render([replace(unit, cites=(1,))]).startswith("From “Sim-to-real” [1]:\n\n1. **Domain randomization**")

@@ -92,6 +92,13 @@ _LEANS_BACK = re.compile(
 # A label line inside what a lead-in introduces: "**Prediction:**", "**Update**:", "Where:" (emphasised, or three
 # words at most; "To create a workspace:" is a lead-in of its own).
 _LABEL = re.compile(r"^(?:[*_]{1,2}[^*_.!?]{1,60}:?[*_]{1,2}:?|(?:\S+\s+){0,2}\S+:)$")
+# A prompt to the student, wherever it sits ("Discuss the challenges of ...:", "Explain the differences ..."):
+# it asks what the reader asked, it does not answer it. Verbs a reader follows ("Install", "List") are not here.
+_STUDY_PROMPT = re.compile(
+    r"^[*_]*(?:discuss|explain|describe|compare|contrast|analy[sz]e|evaluate|reflect|justify|summari[sz]e|define|"
+    r"investigate|research)\b",
+    re.I,
+)
 _MIN_WORDS = 5
 TERM_WORDS = 6  # "Linear Inverted Pendulum Model (LIPM)" is a name, not a statement
 
@@ -125,7 +132,9 @@ def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Un
             result += _sentence_units(sentences, heading, n, kind)
             if lead is not None:
                 following, i = _introduced(blocks, i + 1)
-                if following and _quotable(lead, kind, allow_short=True):
+                if following and kind == "teaching" and _STUDY_PROMPT.match(lead):
+                    lead = ""  # in teaching text the list under a prompt may still teach; the prompt is not quoted
+                if following and (not lead or _quotable(lead, kind, allow_short=True)):
                     body = _render_blocks(following)
                     if body:
                         result.append(Unit("block", body, lead, heading, n, 0))
@@ -236,6 +245,8 @@ def _is_lead_in(sentence: str) -> bool:
 
 def _quotable(sentence: str, kind: passages.Kind, *, allow_short: bool = False) -> bool:
     if not allow_short and not _enough(sentence):
+        return False
+    if _STUDY_PROMPT.match(sentence):
         return False
     return not passages.is_not_teaching(sentence, kind) and not _is_navigation(sentence)
 
