@@ -412,7 +412,7 @@ class ExtractiveGenerator:
         if isinstance(plan, str):
             return plan
         scores: list[float] | None = None
-        if self.cross_encoder is not None and plan.to_read:
+        if self.cross_encoder is not None and plan.worth_reading:
             reading = self.cross_encoder.ascore(request.question, [u.scoring_text() for u in plan.to_read])
             try:
                 logits = await asyncio.wait_for(reading, self.cross_encoder_wait_s)
@@ -430,7 +430,7 @@ class ExtractiveGenerator:
         if isinstance(plan, str):
             return plan
         scores: list[float] | None = None
-        if self.cross_encoder is not None and plan.to_read:
+        if self.cross_encoder is not None and plan.worth_reading:
             logits = self.cross_encoder.score(request.question, [u.scoring_text() for u in plan.to_read])
             scores = [float(x) for x in logits]
         return self._finish(request, plan, scores)
@@ -482,6 +482,11 @@ class _Plan:
     eligible: list[extract.Unit]  # the units sharing a keyword with the question, best first
     to_read: list[extract.Unit]  # those the cross-encoder reads (the first of ``eligible``)
     overlap: bool  # False: nothing shares a keyword; ``to_read`` is each source's opening unit
+
+    @property
+    def worth_reading(self) -> bool:
+        """Whether the cross-encoder's opinion can change the answer: two units to order, or any to judge."""
+        return len(self.to_read) > 1 or (not self.overlap and bool(self.to_read))
 
 
 sentences = extract.sentences  # the prose sentences of a chunk (kept here for callers of the old name)
