@@ -198,7 +198,8 @@ def table(result: AnswerFigures) -> str:
 
     rows = [
         ("offline answers with expected facts", str(result.questions)),
-        ("  fact recall", share(result.fact_recall) + f" of {result.facts}"),
+        ("  facts expected", str(result.facts)),
+        ("  fact recall", share(result.fact_recall)),
         ("  answers with every fact", share(result.all_facts)),
         ("  answers with none", share(result.no_facts)),
         ("  median length (words)", "-" if result.median_words is None else f"{result.median_words:.0f}"),
