@@ -201,3 +201,16 @@ def test_a_prompt_to_the_student_is_not_quoted_but_the_list_under_it_still_may_b
     (unit,) = units(text, 1)
     assert unit.lead == "" and unit.body.startswith("1. **Domain randomization**")
     assert render([replace(unit, cites=(1,))]).startswith("From “Sim-to-real” [1]:\n\n1. **Domain randomization**")
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "Next, run the following command in the project directory:",
+        "Next you install the compiler with the package manager:",
+        "Back in the terminal, list the files of the directory:",
+    ],
+)
+def test_a_step_that_opens_with_next_or_back_is_not_navigation(step: str) -> None:
+    (unit,) = units(f"{step}\n\n```bash\nls -la\n```\n", 1)
+    assert unit.lead == step and "ls -la" in unit.body

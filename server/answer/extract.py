@@ -73,7 +73,13 @@ _NAV_LABEL = re.compile(
     r"go to|return to|home)\b[^.!?]{0,80}$",
     re.I,
 )
+_NAV_COLON = re.compile(
+    r"^(?:[-*+]\s+)?[*_]*[^\w]*(?:previous|prev|next|up next)"
+    r"(?:\s+(?:chapter|page|lesson|section|topic|module|part|unit))?[*_]*\s*:",
+    re.I,
+)
 _ARROWS = re.compile(r"[←→⬅➡«»]")
+NAV_WORDS = 14  # a navigation line is short
 # Headings of what is not teaching text to quote: a page's reading lists and navigation, and what a chapter
 # promises or assumes rather than teaches (its objectives restate the topics a question asks about).
 _SKIPPED_SECTION = re.compile(
@@ -364,8 +370,12 @@ def _is_navigation(line: str) -> bool:
     plain = line.strip()
     if not plain:
         return False
-    if _NAV_LABEL.match(_LINK.sub(r"\1", plain)) and (_LINK.search(plain) or _ARROWS.search(plain) or ":" in plain):
-        return True
+    labelled = _LINK.sub(r"\1", plain)
+    if _NAV_LABEL.match(labelled) and len(labelled.split()) <= NAV_WORDS:
+        # "Next: Loops", "**Previous:** [Intro](..)", "← Back to the outline": a label and a link or an arrow.
+        # "Next, run the following command:" is a step, not navigation.
+        if _LINK.search(plain) or _ARROWS.search(plain) or _NAV_COLON.match(labelled):
+            return True
     links = _LINK.findall(plain)
     if not links:
         return False
