@@ -8,8 +8,11 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
+import numpy.typing as npt
 import openai
 import pytest
 
@@ -343,3 +346,19 @@ async def test_a_how_do_i_question_on_a_shell_course_page_gets_the_numbered_step
     assert "3. Run it from its directory as `./script.sh`." in text
     assert "Previous" not in text and "Loops" not in text and ":::" not in text
     assert facts.dangling_lead_ins(text) == facts.navigation_lines(text) == facts.repeated_sentences(text) == 0
+
+
+class _BrokenCrossEncoder(CrossEncoder):
+    async def ascore(self, question: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        raise RuntimeError("onnxruntime: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION")
+
+
+async def test_a_failing_cross_encoder_leaves_the_answer_in_keyword_order() -> None:
+    request = GenerationRequest(
+        question="What does rclpy.spin() actually do?",
+        sources=[demo_passage("02-ros2/01-nodes-and-topics.md", "## Spinning with `rclpy.spin()`", 1)],
+        history=[],
+        mode="textbook",
+    )
+    broken = ExtractiveGenerator(pace_s=0, cross_encoder=_BrokenCrossEncoder())
+    assert await broken.answer_async(request) == ExtractiveGenerator(pace_s=0).answer(request)

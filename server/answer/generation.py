@@ -422,6 +422,8 @@ class ExtractiveGenerator:
             except CrossEncoderUnavailable as exc:
                 log.warning("offline answers rank by keywords only: %s", exc)
                 self.cross_encoder = None
+            except Exception as exc:  # onnxruntime's own errors: this answer goes out in keyword order
+                log.warning("cross-encoder failed (%s); answering in keyword order", type(exc).__name__)
         return self._finish(request, plan, scores)
 
     def answer(self, request: GenerationRequest) -> str:
