@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -106,7 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write its figures as JSON")
     report.set_defaults(run=_report)
 
-    evaluate = commands.add_parser("eval", help="measure retrieval on a question set (hit@k, MRR, declines, scope)")
+    evaluate = commands.add_parser(
+        "eval", help="measure retrieval on a question set (hit@k, MRR, declines, scope) and the offline answer's facts"
+    )
     evaluate.add_argument(
         "questions", type=Path, help="a questions.jsonl file (shared/corpora/*/questions.jsonl format)"
     )
@@ -396,6 +399,8 @@ def _write_file(path: Path, text: str) -> None:
 
 
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
+    from server.answer import facts
+    from server.answer.generation import offline_generator
     from server.index.engine import IndexLocked
     from server.search import calibration, evaluate
     from server.search.retrieval import Retriever
@@ -407,10 +412,14 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     except (OSError, evaluate.QuestionFileError) as exc:
         raise UsageError(str(exc)) from None
 
+    answers: list[facts.AnswerOutcome] = []
+
     async def run() -> tuple[list[evaluate.Outcome], Retriever]:
         async with _built_index(settings) as (index, embedder):
             retriever = Retriever(index, embedder, await calibration.stored(index, embedder))
             outcomes = await evaluate.run(retriever, questions, module_aware=args.module_aware)
+            generator = offline_generator(wait_s=math.inf)
+            answers.extend(await facts.run(retriever, generator, questions, module_aware=args.module_aware))
             if args.save:
                 try:
                     derived = evaluate.calibrate(outcomes)
@@ -427,12 +436,15 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     figures = evaluate.figures(outcomes)
     title = f"{args.questions} ({retriever.embedder.name} embedder{', module-aware' if args.module_aware else ''})"
     print(evaluate.table(figures, title=title))
+    if answers:
+        print(facts.table(facts.figures(answers)))
     if args.calibrate:
         print(evaluate.calibration_report(outcomes, retriever.calibration))
     if args.json is not None:
         report = evaluate.to_json(
             figures, outcomes, embedder=retriever.embedder.name, calibration=retriever.calibration
         )
+        report["answers"] = facts.to_json(answers)
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if args.plot is not None:
         try:

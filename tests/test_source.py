@@ -19,11 +19,7 @@ MIN_PATTERN = 20
 _COMPILING = {"compile", "search", "match", "fullmatch", "sub", "subn", "split", "findall", "finditer"}
 
 # Copies that are another change's to remove, each with its reason; this list only shrinks.
-_KNOWN_COPIES = {
-    # answer/generation.py strips fences with an inline copy of search/retrieval.py's _FENCE; both stages were
-    # being rewritten by other changes of issue 28 when this test came, so the copy is left to them.
-    r"```.*?(```|$)|~~~.*?(~~~|$)": {"server/answer/generation.py", "server/search/retrieval.py"},
-}
+_KNOWN_COPIES: dict[str, set[str]] = {}
 
 
 def patterns(source: str) -> list[str]:

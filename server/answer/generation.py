@@ -13,15 +13,24 @@ import json
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Collection, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from collections.abc import AsyncIterator, Collection
+from typing import TYPE_CHECKING, Any, cast
 
 from server.answer import prompts
+from server.answer.generator import (
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    Generator,
+    GenEvent,
+    GenNotice,
+    Token,
+    Usage,
+)
+from server.answer.offline import ExtractiveGenerator, offline_generator
 from server.answer.prompts import PromptSource, Turn
+from server.core.crossencoder import CrossEncoder
 from server.core.tokens import TokenCounter, counter_for_model
-from server.index import sparse
-from server.search import passages
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -43,6 +52,7 @@ __all__ = [
     "Usage",
     "cited_numbers",
     "create_generator",
+    "offline_generator",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,60 +60,10 @@ log = logging.getLogger(__name__)
 TEMPERATURE = 0.3
 MAX_TOKENS = 800
 MAX_RETRY_AFTER_S = 10.0  # a longer Retry-After is not worth a reader's wait: answer offline instead
-EXTRACT_SENTENCES = 5
-EXTRACT_PER_SOURCE = 2
-EXTRACT_MAX_WORDS = 140
-
-FinishReason = Literal["stop", "length", "declined", "fallback", "cancelled"]
 
 
-@dataclass(frozen=True)
-class Token:
-    text: str
-
-
-@dataclass(frozen=True)
-class GenNotice:
-    code: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-
-
-@dataclass(frozen=True)
-class Finished:
-    finish_reason: FinishReason
-    usage: Usage
-    model: str
-
-
-GenEvent = Token | GenNotice | Finished
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    question: str
-    sources: Sequence[Source]
-    history: Sequence[Turn]
-    mode: str
-    selected_text: str | None = None
-    low_confidence: bool = False
-
-
-class Generator(Protocol):
-    name: str
-
-    def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]: ...
-
-    async def aclose(self) -> None: ...
-
-
-def create_generator(settings: Settings) -> Generator:
-    extractive = ExtractiveGenerator()
+def create_generator(settings: Settings, *, cross_encoder: CrossEncoder | None = None) -> Generator:
+    extractive = offline_generator(cross_encoder)
     if settings.openai_api_key is None:
         return extractive
     import openai
@@ -186,6 +146,9 @@ class OpenAIGenerator:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    def warm_up(self) -> None:
+        self._fallback.warm_up()
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
         messages = prompts.build_messages(
@@ -330,157 +293,3 @@ def _prompt_source(source: Source) -> PromptSource:
     return PromptSource(
         n=source.n, title=source.title, heading=" › ".join(source.heading_path) or source.title, text=source.text
     )
-
-
-# -- the offline generator -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Sentence:
-    text: str
-    n: int | None  # the source it came from (None: the reader's selection)
-    position: int
-    score: float
-
-
-class ExtractiveGenerator:
-    """Streams the sentences of the sources that best match the question, each with its ``[n]`` marker."""
-
-    name = "extractive"
-
-    def __init__(self, *, pace_s: float = 0.008, words_per_token: int = 3) -> None:
-        self._pace_s = pace_s  # a readable stream for the demo, ~0.4 s for a whole answer
-        self._words_per_token = words_per_token
-
-    async def aclose(self) -> None:
-        return None
-
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
-        text = self.answer(request)
-        words = re.split(r"(?<=\s)(?=\S)", text)
-        for i in range(0, len(words), self._words_per_token):
-            yield Token("".join(words[i : i + self._words_per_token]))
-            await asyncio.sleep(self._pace_s)
-        yield Finished("stop", Usage(0, 0), self.name)
-
-    def answer(self, request: GenerationRequest) -> str:
-        wanted = set(sparse.terms(request.question))
-        if request.selected_text:
-            return self._from_selection(request, wanted)
-        if not request.sources:
-            return "I couldn't find passages in the textbook that answer this."
-        candidates = [
-            _score(sentence, wanted, source.n, position, weight=1.0 if source.kind == "teaching" else 0.5)
-            for source in request.sources
-            for position, sentence in enumerate(sentences(source.text))
-            if not passages.is_not_teaching(sentence, source.kind)
-        ]
-        chosen = _choose(candidates)
-        if not chosen:
-            best = request.sources[0]
-            return f"The closest passage is in “{' › '.join(best.heading_path) or best.title}” [{best.n}]."
-        return _render(chosen)
-
-    def _from_selection(self, request: GenerationRequest, wanted: set[str]) -> str:
-        assert request.selected_text is not None
-        cite = _citing_source(request.selected_text, request.sources)
-        candidates = [
-            _score(sentence, wanted, cite, position)
-            for position, sentence in enumerate(sentences(request.selected_text))
-            if not passages.is_not_teaching(sentence, "teaching")
-        ]
-        relevant = [c for c in candidates if c.score > 0]
-        if not relevant:
-            return "The selected text does not seem to answer this question; try asking about the whole book."
-        chosen = sorted(sorted(relevant, key=lambda c: c.score, reverse=True)[:EXTRACT_SENTENCES], key=_order)
-        return "From the selected text: " + _render(chosen)
-
-
-def sentences(text: str) -> list[str]:
-    """Prose sentences of a chunk: no code blocks, headings, tables, or fragments too short to stand alone."""
-    text = re.sub(r"```.*?(```|$)|~~~.*?(~~~|$)", "\n", text, flags=re.S)
-    result = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "|", ":::", "<", "import ", "export ")):
-            continue
-        line = re.sub(r"^([-*+]|\d+[.)])\s+", "", line)
-        line = re.sub(r"^>\s*", "", line)
-        for piece in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])", line):
-            piece = piece.strip()
-            if len(piece.split()) >= 5:
-                result.append(piece)
-    return result
-
-
-def _score(sentence: str, wanted: set[str], n: int | None, position: int, weight: float = 1.0) -> _Sentence:
-    """Keyword overlap with the question; ``weight`` < 1 for a quiz's or an exercise's own explanations."""
-    terms = set(sparse.terms(sentence))
-    overlap = len(wanted & terms)
-    score = weight * overlap / math.sqrt(len(terms) or 1) if overlap else 0.0
-    if score:
-        score += 0.15 / (n or 1) + 0.05 / (1 + position)  # earlier sources and opening sentences break ties
-    return _Sentence(sentence, n, position, score)
-
-
-def _choose(candidates: Sequence[_Sentence]) -> list[_Sentence]:
-    chosen: list[_Sentence] = []
-    per_source: dict[int | None, int] = {}
-    words = 0
-    for candidate in sorted(candidates, key=lambda c: c.score, reverse=True):
-        if candidate.score <= 0 or len(chosen) == EXTRACT_SENTENCES:
-            break
-        if per_source.get(candidate.n, 0) == EXTRACT_PER_SOURCE:
-            continue
-        length = len(candidate.text.split())
-        if chosen and words + length > EXTRACT_MAX_WORDS:
-            continue
-        if any(_same(candidate.text, c.text) for c in chosen):
-            continue
-        chosen.append(candidate)
-        per_source[candidate.n] = per_source.get(candidate.n, 0) + 1
-        words += length
-    return sorted(chosen, key=_order)
-
-
-def _order(sentence: _Sentence) -> tuple[int, int]:
-    return (sentence.n or 0, sentence.position)
-
-
-def _same(a: str, b: str) -> bool:
-    ta, tb = set(sparse.terms(a)), set(sparse.terms(b))
-    return bool(ta and tb) and len(ta & tb) / min(len(ta), len(tb)) > 0.8
-
-
-def _render(chosen: Sequence[_Sentence]) -> str:
-    """One paragraph per source, its marker after the paragraph's sentences."""
-    paragraphs: list[str] = []
-    current: list[str] = []
-    current_n: int | None = chosen[0].n if chosen else None
-    for sentence in chosen:
-        if sentence.n != current_n:
-            paragraphs.append(_paragraph(current, current_n))
-            current, current_n = [], sentence.n
-        current.append(_ensure_stop(sentence.text))
-    if current:
-        paragraphs.append(_paragraph(current, current_n))
-    return "\n\n".join(paragraphs)
-
-
-def _paragraph(texts: list[str], n: int | None) -> str:
-    body = " ".join(texts)
-    if n is None:
-        return body
-    return re.sub(r"([.!?])$", rf" [{n}]\1", body)
-
-
-def _ensure_stop(text: str) -> str:
-    return text if text[-1] in ".!?" else f"{text}."
-
-
-def _citing_source(selected: str, sources: Sequence[Source]) -> int | None:
-    needle = " ".join(re.findall(r"\w+", selected.lower()))[:200]
-    for source in sources:
-        if needle and needle in " ".join(re.findall(r"\w+", source.text.lower())):
-            return source.n
-    return sources[0].n if sources else None

@@ -36,6 +36,7 @@ class Question:
     selected_text: str | None = None
     source_file: str | None = None
     answerable: bool | None = None
+    answer_facts: tuple[str, ...] = ()  # what a good answer holds (``answer/facts.py`` scores the offline answer)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ def load_questions(path: Path) -> list[Question]:
                     selected_text=raw.get("selected_text"),
                     source_file=raw.get("source_file"),
                     answerable=raw.get("answerable"),
+                    answer_facts=tuple(str(f) for f in raw.get("answer_facts") or ()),
                 )
             )
         except (ValueError, KeyError, TypeError) as exc:

@@ -5,6 +5,7 @@ Nothing is built at import time; ``create_app(settings)`` builds one app (tests 
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import gc
@@ -69,6 +70,8 @@ def create_app(
             if served:  # the real server (tests build many apps in one process and skip both)
                 if services.chat is not None and services.chat.retriever is not None:
                     await _warm(services.chat.retriever)
+                    # The offline answer's cross-encoder, loaded now rather than on the first reader's question.
+                    await asyncio.to_thread(services.chat.generator.warm_up)
                 _freeze_heap()
             restore = drain_on_sigterm(drain) if handle_sigterm else None
             try:
