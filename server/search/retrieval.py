@@ -2,7 +2,8 @@
 
 Plain values in, dataclasses out (no Starlette). Confidence (``confidence.py``) comes from the kept
 sources' relevance (dense cosine plus keyword coverage) and the names the book knows; the module filter
-follows DESIGN.md's adaptive rules.
+follows DESIGN.md's adaptive rules. Where confidence is in doubt, the cross-encoder's second opinion
+(``second_opinion.py``) may decline or answer after all, and orders the candidates it read.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from server.index.embeddings import Embedder
 from server.index.vectors import Hit, VectorIndex
 from server.search import confidence, passages
 from server.search.confidence import Calibration, Level
+from server.search.second_opinion import SecondOpinion, Verdict
 
 CANDIDATES = 10
 TOP_K = 5
@@ -54,6 +56,11 @@ class Source:
     text: str
     token_count: int
     kind: passages.Kind = "teaching"
+
+    @property
+    def passage(self) -> str:
+        """What the cross-encoder reads: the heading path, then the text."""
+        return " > ".join(self.heading_path) + "\n" + self.text
 
     def event(self) -> dict[str, Any]:
         """The ``sources`` event entry (DESIGN.md SSE protocol)."""
@@ -101,6 +108,8 @@ class Retrieval:
     similarity: float = 0.0  # the raw evidence (weighted relevance x name factor) before calibration
     candidates: tuple[Source, ...] = ()  # the diversified top 5, kept even on a decline (for evaluation)
     unknown_terms: tuple[str, ...] = ()  # names, then specific terms, in the question that the book never uses
+    unscaled: float = 0.0  # the common-scale confidence before the names / terms factor
+    second_opinion: Verdict | None = None  # the cross-encoder's, where it was asked
 
     @property
     def declined(self) -> bool:
@@ -114,10 +123,17 @@ class Retriever:
     (``VectorIndex.hybrid_search``); everything after it is the same for both.
     """
 
-    def __init__(self, index: VectorIndex, embedder: Embedder, calibration: Calibration | None = None) -> None:
+    def __init__(
+        self,
+        index: VectorIndex,
+        embedder: Embedder,
+        calibration: Calibration | None = None,
+        second_opinion: SecondOpinion | None = None,
+    ) -> None:
         self.index = index
         self.embedder = embedder
         self.calibration = calibration or confidence.CALIBRATIONS[embedder.name]
+        self.second_opinion = second_opinion
         self._terms: dict[tuple[str, str], frozenset[str]] = {}
 
     async def retrieve(
@@ -127,7 +143,7 @@ class Retriever:
         if selected_text:
             result = await self._selection(question, selected_text, module)
         else:
-            result = await self._textbook(question, module)
+            result = await self._reconsider(question, await self._textbook(question, module))
         return replace(result, timings_ms={"retrieval": round((time.perf_counter() - started) * 1000, 2)})
 
     async def evidence(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> float:
@@ -138,11 +154,67 @@ class Retriever:
         unknown = await self._unknown_names(query, ranked)
         return confidence.weighted_similarity([c.relevance for c in _diversify(ranked, TOP_K)]) * _known(query, unknown)
 
+    async def probe(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> tuple[float, list[str]]:
+        """``evidence`` and the passages the second opinion would read for it (``calibration.py``'s probes)."""
+        query = _Query(text)
+        ranked = [c for c in await self._search(dense, query, None) if c.hit.payload.get("url") != hold_out]
+        unknown = await self._unknown_names(query, ranked)
+        kept = _diversify(ranked, TOP_K)
+        evidence = confidence.weighted_similarity([c.relevance for c in kept]) * _known(query, unknown)
+        return evidence, [s.passage for s in _sources(kept)]
+
     async def warm(self) -> None:
-        """Load the embedder and touch the index now rather than on the first question."""
+        """Load the embedder (and the second opinion's model) and touch the index now, not on the first question."""
         dense = await self.embedder.embed_query("warm up")
         if await self.index.exists():
             await self._search(dense, _Query("warm up"), None)
+        if self.second_opinion is not None:
+            self.second_opinion.warm_up()
+
+    # -- the second opinion -----------------------------------------------------------------------
+
+    async def _reconsider(self, question: str, result: Retrieval) -> Retrieval:
+        """Where confidence is in doubt, ask the cross-encoder; apply what it says (``second_opinion.py``)."""
+        opinion = self.second_opinion
+        if (
+            opinion is None
+            or not result.candidates
+            or not opinion.thresholds.in_doubt(result.confidence, result.unscaled)
+        ):
+            return result
+        verdict = await opinion.judge(question, [s.passage for s in result.candidates], declined=result.declined)
+        if verdict is None:
+            return result
+        candidates = tuple(replace(result.candidates[i], n=n) for n, i in enumerate(verdict.order, start=1))
+        scope_notices = tuple(n for n in result.notices if n.code != "low_confidence")
+        declined = verdict.change == "declined" or (result.declined and verdict.change != "answered")
+        if declined:
+            score = result.confidence if result.declined else min(result.confidence, _JUST_BELOW_DECLINE)
+            related = result.related or _distinct_source_sections(candidates, RELATED_K)
+            return replace(
+                result,
+                sources=(),
+                confidence=score,
+                level=confidence.level(score),
+                notices=scope_notices,
+                related=related,
+                candidates=candidates,
+                second_opinion=verdict,
+            )
+        score = max(result.confidence, confidence.DECLINE)
+        lvl = confidence.level(score)
+        notices = (_LOW_NOTICE, *scope_notices) if lvl == "low" else scope_notices
+        kept = _sources_within_budget(candidates)
+        return replace(
+            result,
+            sources=kept,
+            confidence=score,
+            level=lvl,
+            notices=notices,
+            related=(),
+            candidates=candidates,
+            second_opinion=verdict,
+        )
 
     # -- textbook mode ----------------------------------------------------------------------------
 
@@ -283,10 +355,7 @@ class Retriever:
             related = ()
             sources = _sources(_within_budget(kept))
             if lvl == "low":
-                notices = [
-                    Notice("low_confidence", "The book may not cover this well; check the cited sections."),
-                    *notices,
-                ]
+                notices = [_LOW_NOTICE, *notices]
         return Retrieval(
             "textbook",
             sources,
@@ -298,6 +367,7 @@ class Retriever:
             similarity=similarity,
             candidates=candidates,
             unknown_terms=tuple(unknown),
+            unscaled=confidence.score([c.relevance for c in kept], self.calibration),
         )
 
 
@@ -366,6 +436,30 @@ def _diversify(ranked: Sequence[_Candidate], k: int) -> list[_Candidate]:
         if len(kept) == k:
             break
     return kept
+
+
+def _sources_within_budget(candidates: Sequence[Source], budget: int = CONTEXT_BUDGET_TOKENS) -> tuple[Source, ...]:
+    """``_within_budget`` for candidates already made sources (the second opinion's order), renumbered 1..n."""
+    result: list[Source] = []
+    used = 0
+    for source in candidates:
+        if result and used + source.token_count > budget:
+            continue
+        result.append(replace(source, n=len(result) + 1))
+        used += source.token_count
+    return tuple(result)
+
+
+def _distinct_source_sections(candidates: Sequence[Source], k: int) -> tuple[Source, ...]:
+    seen: set[str] = set()
+    result: list[Source] = []
+    for source in candidates:
+        if source.url not in seen:
+            seen.add(source.url)
+            result.append(replace(source, n=len(result) + 1))
+        if len(result) == k:
+            break
+    return tuple(result)
 
 
 def _within_budget(kept: Sequence[_Candidate], budget: int = CONTEXT_BUDGET_TOKENS) -> list[_Candidate]:
@@ -447,6 +541,8 @@ def _held(selection: set[tuple[str, ...]], text: str) -> float:
     return len(selection & chunk) / min(len(selection), max(len(chunk), 10)) if selection and chunk else 0.0
 
 
+_LOW_NOTICE = Notice("low_confidence", "The book may not cover this well; check the cited sections.")
+_JUST_BELOW_DECLINE = round(confidence.DECLINE - 0.0001, 4)
 _WORD = re.compile(r"\w+")
 _FENCE = re.compile(r"```.*?(```|$)|~~~.*?(~~~|$)", re.S)
 _MARKS = re.compile(r"[#*_`>|]|\[(?=[^\]]*\]\()|\]\([^)]*\)")
