@@ -99,16 +99,11 @@ def _pieces(term: str) -> tuple[str, ...]:
     return tuple(tokenizer.encode(term, add_special_tokens=False).tokens) or (term,)
 
 
-@lru_cache(maxsize=1)
 def _wordpiece() -> Any:
     try:
-        from tokenizers import Tokenizer
+        from server.core.tokens import wordpiece_tokenizer
 
-        from server.core import onnx_minilm
-
-        tokenizer = Tokenizer.from_file(str(onnx_minilm.model_dir() / "tokenizer.json"))
-        tokenizer.no_padding()  # the file pads to 128
-        return tokenizer
+        return wordpiece_tokenizer()  # the process's one copy (9 MB each), shared with counting and the embedder
     except Exception:  # noqa: BLE001 -- no local model installed: length stands in for rarity
         return None
 
