@@ -134,7 +134,8 @@ class CrossEncoder:
         """One logit per passage, in the order given; higher means the passage answers the question better."""
         if not passages:
             return np.zeros(0, dtype=np.float32)
-        session = self._load()
+        # Held for the whole call: ``close`` on another thread must not free the mapped table under a running model.
+        session, table = self._load()
         pairs = self.pairs(question, passages)
         out = np.zeros(len(passages), dtype=np.float32)
         # Sorted by length so each batch pads to little more than its own longest pair.
@@ -152,6 +153,7 @@ class CrossEncoder:
                 types[row, : len(pair_ids)] = pair_types
             (logits,) = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
             out[batch] = np.asarray(logits, dtype=np.float32).reshape(-1)
+        del session, table
         return out
 
     async def ascore(self, question: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -190,7 +192,8 @@ class CrossEncoder:
             self._session = None
             self._table = None
 
-    def _load(self) -> Any:
+    def _load(self) -> tuple[Any, Any]:
+        """The session and the mapped word table it reads (which must outlive it)."""
         with self._lock:
             if self._session is None:
                 import onnxruntime
@@ -209,9 +212,9 @@ class CrossEncoder:
                 table = np.memmap(
                     folder / "model.onnx", dtype=np.uint8, mode="r", offset=_WORD_TABLE_OFFSET, shape=_WORD_TABLE_SHAPE
                 )
-                self._table = onnxruntime.OrtValue.ortvalue_from_numpy(table)  # must outlive the session
+                self._table = onnxruntime.OrtValue.ortvalue_from_numpy(table)
                 options.add_initializer(_WORD_TABLE, self._table)
                 self._session = onnxruntime.InferenceSession(
                     str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
                 )
-            return self._session
+            return self._session, self._table
