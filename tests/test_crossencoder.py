@@ -77,11 +77,5 @@ def test_the_word_table_it_maps_from_the_file_is_the_models_own() -> None:
 
     model = onnx.load(str(crossencoder.verified_dir() / "model.onnx"))
     table = next(numpy_helper.to_array(i) for i in model.graph.initializer if i.name == crossencoder._WORD_TABLE)
-    mapped = np.memmap(
-        crossencoder.verified_dir() / "model.onnx",
-        dtype=np.uint8,
-        mode="r",
-        offset=crossencoder._WORD_TABLE_OFFSET,
-        shape=crossencoder._WORD_TABLE_SHAPE,
-    )
+    _, mapped = crossencoder._map_word_table(crossencoder.verified_dir() / "model.onnx")
     assert table.dtype == np.uint8 and np.array_equal(table, mapped)
