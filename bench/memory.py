@@ -50,6 +50,8 @@ QUESTIONS = [
     "What is domain randomisation in simulation?",
     "How does inverse kinematics differ from forward kinematics?",
     "What sensors does a humanoid use to keep its balance?",
+    # In the second opinion's band on the shared book (confidence 0.27): the cross-encoder reads its passages.
+    "How charged must a humanoid's battery be before switching it on for an operation?",
 ]
 MB = 2**20
 
@@ -82,7 +84,7 @@ async def _offline(args: argparse.Namespace, data_dir: Path, database_url: str) 
         deadline = time.monotonic() + args.soak_minutes * 60
         n = 0
         while time.monotonic() < deadline:
-            await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[n % 5]} [{n}]"})
+            await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[n % len(QUESTIONS)]} [{n}]"})
             n += 1
             await asyncio.sleep(1.0)
         soaked = server.rss_bytes()
@@ -103,7 +105,7 @@ async def _with_model(args: argparse.Namespace, data_dir: Path, database_url: st
         async with running(serve_argv(port), env) as server:
             fresh, after_questions = await _fresh_and_after_questions(server, "with a model")
             fake.default = Behaviour(stall_s=3600)  # held streams: answers that never start
-            urls = [(await post_message(server, QUESTIONS[i % 5]))["stream_url"] for i in range(10)]
+            urls = [(await post_message(server, QUESTIONS[i % len(QUESTIONS)]))["stream_url"] for i in range(10)]
             readers = await open_readers(server, urls, args.streams)
             await asyncio.sleep(2)
             holding = server.rss_bytes()
@@ -122,7 +124,7 @@ async def _with_model(args: argparse.Namespace, data_dir: Path, database_url: st
 async def _fresh_and_after_questions(server: ServerProcess, label: str) -> tuple[int, int]:
     fresh = server.rss_bytes()
     for i in range(100):
-        await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[i % 5]} ({i})"})
+        await post_stream(server.address, "/api/chat", {"question": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"})
     after_questions = server.rss_bytes()
     print(f"{label}: RSS fresh {fresh / MB:.0f} MB; after 100 questions {after_questions / MB:.0f} MB")
     return fresh, after_questions

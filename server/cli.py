@@ -27,6 +27,7 @@ from server.core.settings import Settings, SettingsError
 if TYPE_CHECKING:
     from server.index.embeddings import Embedder
     from server.index.vectors import VectorIndex
+    from server.search.retrieval import Retriever
 
 _T = TypeVar("_T")
 _REPORT_TIMEOUT_S = 600.0  # the report reads every question of the period and may embed the new ones
@@ -117,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON")
     evaluate.add_argument("--plot", type=Path, default=None, metavar="PATH", help="draw confidence histograms (PNG)")
     evaluate.add_argument("--calibrate", action="store_true", help="derive a calibration from these questions")
+    evaluate.add_argument(
+        "--no-second-opinion", action="store_true", help="decide without the cross-encoder (to compare)"
+    )
     evaluate.add_argument(
         "--save", action="store_true", help="with --calibrate: keep that calibration with the index (serve uses it)"
     )
@@ -220,6 +224,7 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     async def run() -> ingest.IngestReport:
         from server.search import calibration
         from server.search.retrieval import Retriever
+        from server.search.second_opinion import SecondOpinion
 
         light = settings.replace(database_url=None, redis_url=None)
         async with open_services(light, retrieval=True) as services:
@@ -234,9 +239,15 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
                 progress=progress,
             )
             if not args.dry_run:
-                retriever = Retriever(services.index, services.embedder)
-                kept = await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
+                opinion = SecondOpinion.load()
+                try:
+                    retriever = Retriever(services.index, services.embedder, second_opinion=opinion)
+                    kept = await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
+                finally:
+                    opinion.close()
                 print(f"confidence calibration: {calibration.points(kept)}")
+                if opinion.available:
+                    print(f"second opinion: {opinion.thresholds.describe()}")
             return report
 
     try:
@@ -268,11 +279,16 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from server.index.engine import IndexLocked
     from server.search import calibration, confidence
     from server.search.retrieval import Retriever
+    from server.search.second_opinion import SecondOpinion
 
     async def run() -> calibration.Derived:
         async with _built_index(settings) as (index, embedder):
-            derived = await calibration.derive(Retriever(index, embedder), index)
-            await calibration.save(index, embedder, derived.calibration, "book")
+            opinion = SecondOpinion.load()
+            try:
+                derived = await calibration.derive(Retriever(index, embedder, second_opinion=opinion), index)
+            finally:
+                opinion.close()
+            await calibration.save(index, embedder, derived.calibration, "book", derived.thresholds)
             return derived
 
     try:
@@ -404,6 +420,7 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     from server.index.engine import IndexLocked
     from server.search import calibration, evaluate
     from server.search.retrieval import Retriever
+    from server.search.second_opinion import SecondOpinion
 
     if args.save and not args.calibrate:
         raise UsageError("--save keeps the calibration --calibrate derives: give both")
@@ -416,17 +433,25 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
 
     async def run() -> tuple[list[evaluate.Outcome], Retriever]:
         async with _built_index(settings) as (index, embedder):
-            retriever = Retriever(index, embedder, await calibration.stored(index, embedder))
-            outcomes = await evaluate.run(retriever, questions, module_aware=args.module_aware)
-            generator = offline_generator(wait_s=math.inf)
-            answers.extend(await facts.run(retriever, generator, questions, module_aware=args.module_aware))
-            if args.save:
-                try:
-                    derived = evaluate.calibrate(outcomes)
-                except ValueError as exc:
-                    raise UsageError(f"cannot calibrate: {exc}") from None
-                await calibration.save(index, embedder, derived, "questions")
-                print(f"saved with the index: {calibration.points(derived)} (serve uses it after a restart)")
+            opinion = None
+            if not args.no_second_opinion:
+                opinion = SecondOpinion.load(await calibration.stored_thresholds(index, embedder))
+            retriever = Retriever(index, embedder, await calibration.stored(index, embedder), opinion)
+            try:
+                outcomes = await evaluate.run(
+                    retriever, questions, module_aware=args.module_aware, judge_all=args.calibrate
+                )
+                # The offline answer orders its units with the second opinion's cross-encoder, as the server does.
+                generator = offline_generator(opinion.encoder if opinion else None, wait_s=math.inf)
+                answers.extend(await facts.run(retriever, generator, questions, module_aware=args.module_aware))
+                if args.save:
+                    try:
+                        print(await evaluate.save_calibration(index, embedder, retriever, outcomes))
+                    except ValueError as exc:
+                        raise UsageError(f"cannot calibrate: {exc}") from None
+            finally:
+                if opinion is not None:
+                    opinion.close()
             return outcomes, retriever
 
     try:
@@ -440,6 +465,8 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
         print(facts.table(facts.figures(answers)))
     if args.calibrate:
         print(evaluate.calibration_report(outcomes, retriever.calibration))
+        if retriever.second_opinion is not None and retriever.second_opinion.available:
+            print(evaluate.opinion_report(outcomes, retriever.second_opinion.thresholds))
     if args.json is not None:
         report = evaluate.to_json(
             figures, outcomes, embedder=retriever.embedder.name, calibration=retriever.calibration

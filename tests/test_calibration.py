@@ -112,6 +112,8 @@ def test_an_operators_calibration_survives_a_re_ingest_until_calibrate_derives_o
     assert main(["calibrate"]) == 0
     report = capsys.readouterr().out
     assert "out-of-scope probes:    40 probes" in report and "in-scope probes:" in report
+    assert "second opinion:         asked at confidence 0.10-0.35" in report  # its thresholds, shown and kept
+    assert "best logit of the 10 closest out-of-scope probes" in report
     assert asyncio.run(_stored(data_dir))[1] == "book"
 
 

@@ -54,3 +54,28 @@ def test_the_installed_files_are_the_pinned_ones() -> None:
     folder = crossencoder.verified_dir()
     assert (folder / "model.onnx").stat().st_size > 30_000_000
     assert crossencoder.available()
+
+
+@pytest.mark.parametrize("max_tokens", [256, 128, 20, 5])
+def test_pairs_are_what_the_models_own_tokenizer_makes_of_them(max_tokens: int) -> None:
+    from tokenizers import Tokenizer
+
+    own = Tokenizer.from_file(str(crossencoder.verified_dir() / "tokenizer.json"))
+    own.no_padding()
+    own.enable_truncation(max_length=max_tokens, strategy="longest_first")
+    question = "What does rclpy.spin() do while the naïve über-controller keeps the ZMP at x_y-z 42?"
+    passages = ["", "short", PID, " ".join([PID, BREAD] * 12), question * 3]
+    for q in (question, question * 8, "spin"):
+        expected = [(e.ids, e.type_ids) for e in own.encode_batch([(q, p) for p in passages])]
+        assert CrossEncoder(max_tokens=max_tokens).pairs(q, passages) == expected
+
+
+def test_the_word_table_it_maps_from_the_file_is_the_models_own() -> None:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(crossencoder.verified_dir() / "model.onnx"))
+    table = next(numpy_helper.to_array(i) for i in model.graph.initializer if i.name == crossencoder._WORD_TABLE)
+    _, mapped = crossencoder._map_word_table(crossencoder.verified_dir() / "model.onnx")
+    assert table.dtype == np.uint8 and np.array_equal(table, mapped)

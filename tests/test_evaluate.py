@@ -12,6 +12,7 @@ from server import cli
 from server.search import evaluate
 from server.search.confidence import Calibration
 from server.search.evaluate import Outcome
+from server.search.second_opinion import Thresholds
 from tests.conftest import DEMO_BOOK, SHARED_BOOK, copy_index
 
 
@@ -86,6 +87,38 @@ def test_figures_count_hits_ranks_declines_and_scope_decisions() -> None:
     assert "hit@5" in table and "0.750" in table and "MRR" in table
 
 
+def test_figures_count_what_the_second_opinion_changed_and_in_which_direction() -> None:
+    outcomes = [
+        _outcome("a1", "answerable", second_opinion="kept"),
+        _outcome("a2", "answerable", second_opinion="answered"),  # a wrong decline it overturned
+        _outcome("a3", "answerable", second_opinion="declined"),  # an answer it wrongly declined
+        _outcome("a4", "answerable"),  # confident: not asked
+        _outcome("o1", "out_of_scope", similarity=0.05, second_opinion="declined"),
+        _outcome("o2", "out_of_scope", similarity=0.05, second_opinion="declined"),
+        _outcome("o3", "out_of_scope", similarity=0.3, second_opinion="answered"),
+        _outcome("m1", "module_filter", searched="module", expected="module", second_opinion="answered"),
+    ]
+    result = evaluate.figures(outcomes)
+    assert result.second_opinion_asked == 7
+    assert (result.second_opinion_declined, result.second_opinion_declined_out_of_scope) == (3, 2)
+    assert (result.second_opinion_answered, result.second_opinion_answered_answerable) == (3, 2)
+    table = evaluate.table(result)
+    assert "second opinion asked" in table
+    lines = {line.split("  ")[1].strip(): line.rsplit("  ", 1)[1].strip() for line in table.splitlines()[-2:]}
+    assert lines == {"answers it declined (out of scope)": "3 (2)", "declines it overturned (answerable)": "3 (2)"}
+
+
+def test_the_second_opinions_thresholds_from_questions_sit_between_the_classes_in_its_band() -> None:
+    outcomes = [_outcome(f"a{i}", "answerable", similarity=0.3, cross_score=x) for i, x in enumerate([-3.0, 2.0, 6.0])]
+    outcomes += [_outcome(f"o{i}", "out_of_scope", similarity=0.3, cross_score=x) for i, x in enumerate([-11, -9.0])]
+    outcomes.append(_outcome("far", "out_of_scope", similarity=0.9, cross_score=5.0))  # outside the band: ignored
+    derived = evaluate.calibrate_opinion(outcomes, Thresholds())
+    assert derived.decline_below == pytest.approx(-6.0)  # halfway between -9 and -3
+    assert derived.overturn_above == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        evaluate.calibrate_opinion(outcomes[:3], Thresholds())
+
+
 def test_calibration_puts_decline_halfway_across_the_gap_and_low_high_at_answerable_quantiles() -> None:
     answerable = [0.40, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95]
     outcomes = [_outcome(f"a{i}", "answerable", similarity=x) for i, x in enumerate(answerable)]
@@ -156,6 +189,7 @@ def test_eval_on_the_demo_book_prints_the_table_and_writes_json(
     assert cli.main(["eval", str(DEMO_BOOK / "questions.jsonl"), "--json", str(out_json), "--calibrate"]) == 0
     printed = capsys.readouterr().out
     assert "hit@5" in printed and "(local embedder)" in printed and "derived from these" in printed
+    assert "second opinion asked" in printed and "second opinion in use:" in printed
     report = json.loads(out_json.read_text(encoding="utf-8"))
     figures = report["figures"]
     assert report["embedder"] == "local" and len(report["questions"]) == 20

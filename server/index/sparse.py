@@ -66,39 +66,44 @@ _ASKING = frozenset(
 # "actuator"); common words and their inflections ("obtained", "blindly") are one or two, and a book that
 # never uses one of those has only phrased the same thing differently.
 SPECIFIC_PIECES = 3
+# A word of two pieces whose first piece is this short has no English word to start from: the vocabulary spells
+# it from a fragment, as it does a command or a tool written in lowercase ("strace" st+race, "grep" gr+ep,
+# "gdb" g+db, "cron" cr+on), while the two-piece words of everyday English start from a word ("gripper"
+# grip+per, "setpoint" set+point). Issue 26: a shell book's questions about commands it never mentions.
+FRAGMENT_CHARS = 2
 
 
 def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
-    """A question's specific terms (see ``SPECIFIC_PIECES``), each weighing 1: the ones a book that answers
-    the question must use somewhere."""
+    """A question's specific terms (see ``SPECIFIC_PIECES`` and ``FRAGMENT_CHARS``), each weighing 1: the ones
+    a book that answers the question must use somewhere."""
     weights: dict[str, float] = {}
     for term in terms(text):
         if term in exclude or term in weights or term in _ASKING or len(term) < 3 or not term.isalpha():
             continue  # a compound ("two-link") is checked by its parts, an identifier by the names rule
-        pieces = _pieces(term)
-        if pieces >= SPECIFIC_PIECES:
+        if specific(term):
             weights[term] = 1.0
     return weights
 
 
+def specific(term: str) -> bool:
+    """Whether a lower-case word is rare or technical enough that a book answering about it must use it."""
+    pieces = _pieces(term)
+    return len(pieces) >= SPECIFIC_PIECES or (len(pieces) == 2 and len(pieces[0]) <= FRAGMENT_CHARS)
+
+
 @lru_cache(maxsize=65536)
-def _pieces(term: str) -> int:
+def _pieces(term: str) -> tuple[str, ...]:
     tokenizer = _wordpiece()
-    if tokenizer is None:
-        return 1 + len(term) // 8
-    return max(1, len(tokenizer.encode(term, add_special_tokens=False).ids))
+    if tokenizer is None:  # no local model installed: length stands in for rarity
+        return (term,) * (1 + len(term) // 8)
+    return tuple(tokenizer.encode(term, add_special_tokens=False).tokens) or (term,)
 
 
-@lru_cache(maxsize=1)
 def _wordpiece() -> Any:
     try:
-        from tokenizers import Tokenizer
+        from server.core.tokens import wordpiece_tokenizer
 
-        from server.core import onnx_minilm
-
-        tokenizer = Tokenizer.from_file(str(onnx_minilm.model_dir() / "tokenizer.json"))
-        tokenizer.no_padding()  # the file pads to 128
-        return tokenizer
+        return wordpiece_tokenizer()  # the process's one copy (9 MB each), shared with counting and the embedder
     except Exception:  # noqa: BLE001 -- no local model installed: length stands in for rarity
         return None
 

@@ -72,9 +72,7 @@ class BookWatcher:
                     self._book, self._index, self._embedder, base_url=self._base_url, background=True
                 )
                 if report.changed:
-                    self._retriever.calibration = await calibration.after_ingest(
-                        self._retriever, self._index, book_changed=True
-                    )
+                    await calibration.after_ingest(self._retriever, self._index, book_changed=True)
             except (AppError, OSError, ValueError) as exc:
                 log.warning("re-ingest after %s failed (%s); the index keeps the book as it was", reason, exc)
                 return None

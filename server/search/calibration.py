@@ -16,6 +16,12 @@ The rule (README "Confidence calibration"), on raw evidence:
 - high = low + the embedder's own low-to-high span (a property of its similarity scale, not of a book).
 
 Deterministic, and cheap: the probes are embedded in one batch, then one search each.
+
+The second opinion's thresholds (``second_opinion.py``) come from the same probes: the cross-encoder reads the
+``OPINION_PROBES`` out-of-scope probes that look closest to the book with their top passages; the best logit
+among them is how high an unrelated question scores against this book. ``opinion_rule``: decline below that
++ ``LOGIT_MARGIN`` (kept within ``DECLINE_WINDOW``), overturn a decline above it + ``OVERTURN_GAP`` (at least 0,
+MS MARCO's own boundary). Its band is fixed on the common scale, so in raw evidence it is the book's own.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from server.index.embeddings import Embedder
 from server.index.vectors import VectorIndex
 from server.search import confidence
 from server.search.confidence import Calibration
+from server.search.second_opinion import Thresholds
 
 if TYPE_CHECKING:
     from server.search.retrieval import Retriever
@@ -45,6 +52,10 @@ MAX_SECTIONS = 150
 DECLINE_MARGIN = 0.03
 LOW_MARGIN = 0.03
 MIN_GAP = 0.05
+OPINION_PROBES = 10
+LOGIT_MARGIN = 3.0
+DECLINE_WINDOW = (-8.0, -6.0)
+OVERTURN_GAP = 8.0
 
 OUT_OF_SCOPE_PROBES = (
     "How long should I knead bread dough?",
@@ -98,6 +109,9 @@ class Derived:
     out_of_scope: tuple[float, ...]  # raw evidence of each out-of-scope probe, sorted
     in_scope: tuple[float, ...]  # raw evidence of each held-out section heading, sorted
     seconds: float
+    thresholds: Thresholds | None = None  # the second opinion's; None without the cross-encoder
+    opinion_probes: tuple[float, ...] = ()  # the best logit of each out-of-scope probe it read, sorted
+    opinion_seconds: float = 0.0
 
 
 async def derive(retriever: Retriever, index: VectorIndex) -> Derived:
@@ -107,20 +121,55 @@ async def derive(retriever: Retriever, index: VectorIndex) -> Derived:
     probes = [*OUT_OF_SCOPE_PROBES, *(heading for _, heading in sections)]
     vectors = await retriever.embedder.embed_documents(probes, background=True)  # a server may be answering
     outside: list[float] = []
+    passages: list[list[str]] = []
     for text, vector in zip(OUT_OF_SCOPE_PROBES, vectors[: len(OUT_OF_SCOPE_PROBES)], strict=True):
-        outside.append(await retriever.evidence(text, vector))
+        evidence, read = await retriever.probe(text, vector)
+        outside.append(evidence)
+        passages.append(read)
         await asyncio.sleep(0)  # each probe is a search that never suspends: readers' streams run between them
     inside: list[float] = []
     for (url, heading), vector in zip(sections, vectors[len(OUT_OF_SCOPE_PROBES) :], strict=True):
         inside.append(await retriever.evidence(heading, vector, hold_out=url))
         await asyncio.sleep(0)
     prior = confidence.CALIBRATIONS[retriever.embedder.name]
+    seconds = time.perf_counter() - started
+    opinion_started = time.perf_counter()
+    logits = await _opinion_probes(retriever, outside, passages)
     return Derived(
         calibration=rule(outside, inside, prior),
         out_of_scope=tuple(sorted(round(x, 4) for x in outside)),
         in_scope=tuple(sorted(round(x, 4) for x in inside)),
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
+        thresholds=opinion_rule(logits) if logits else None,
+        opinion_probes=tuple(sorted(round(x, 3) for x in logits)),
+        opinion_seconds=time.perf_counter() - opinion_started if logits else 0.0,
     )
+
+
+async def _opinion_probes(
+    retriever: Retriever, evidence: Sequence[float], passages: Sequence[list[str]]
+) -> list[float]:
+    """The best logit of each of the OPINION_PROBES out-of-scope probes with the most evidence (ties: probe order);
+    empty without the cross-encoder."""
+    opinion = retriever.second_opinion
+    if opinion is None or not opinion.available:
+        return []
+    closest = sorted(range(len(evidence)), key=lambda i: (-evidence[i], i))[:OPINION_PROBES]
+    logits = []
+    for i in closest:
+        scores = await opinion.scores(OUT_OF_SCOPE_PROBES[i], passages[i])
+        if scores is None:
+            return []
+        if scores:
+            logits.append(max(scores))
+    return logits
+
+
+def opinion_rule(out_of_scope_logits: Sequence[float]) -> Thresholds:
+    """The module docstring's rule for the second opinion's thresholds."""
+    low, high = DECLINE_WINDOW
+    decline = min(max(max(out_of_scope_logits) + LOGIT_MARGIN, low), high)
+    return Thresholds(decline_below=round(decline, 2), overturn_above=round(max(0.0, decline + OVERTURN_GAP), 2))
 
 
 def rule(out_of_scope: Sequence[float], in_scope: Sequence[float], prior: Calibration) -> Calibration:
@@ -148,37 +197,64 @@ async def stored(index: VectorIndex, embedder: Embedder) -> Calibration | None:
     return _parse(await _kept(index), embedder)
 
 
+async def stored_thresholds(index: VectorIndex, embedder: Embedder) -> Thresholds | None:
+    """The second opinion's thresholds kept with the index for this embedder, or None."""
+    record = await _kept(index)
+    return _parse_thresholds(record) if _parse(record, embedder) is not None else None
+
+
 async def source(index: VectorIndex) -> Source | None:
     """Where the kept calibration came from: the book (ingest, ``calibrate``) or an operator's questions."""
     return _source(await _kept(index))
 
 
-async def save(index: VectorIndex, embedder: Embedder, calibration: Calibration, source: Source) -> None:
-    await index.write_metadata(
-        calibration={
-            **asdict(calibration),
-            "embedder": embedder.name,
-            "model": embedder.model,
-            "source": source,
-            "derived_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-    )
+async def save(
+    index: VectorIndex,
+    embedder: Embedder,
+    calibration: Calibration,
+    source: Source,
+    thresholds: Thresholds | None = None,
+) -> None:
+    record: dict[str, Any] = {
+        **asdict(calibration),
+        "embedder": embedder.name,
+        "model": embedder.model,
+        "source": source,
+        "derived_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    if thresholds is not None:
+        record["second_opinion"] = asdict(thresholds)
+    await index.write_metadata(calibration=record)
 
 
 async def after_ingest(retriever: Retriever, index: VectorIndex, *, book_changed: bool) -> Calibration:
     """Re-derive after an ingest that changed the book (or when none is stored); an operator's own calibration
-    (``eval --calibrate --save``) is kept. Returns the calibration now in force for the index."""
+    (``eval --calibrate --save``) is kept. Puts what is now in force for the index into ``retriever`` (its
+    calibration and its second opinion's thresholds) and returns the calibration."""
     record = await _kept(index)
     kept = _parse(record, retriever.embedder)
-    if kept is not None and _source(record) == "questions":
-        log.info("kept the calibration derived from your questions; `calibrate` derives one from the book again")
-        return kept
-    if kept is not None and not book_changed:
+    if kept is not None and (_source(record) == "questions" or not book_changed):
+        if _source(record) == "questions":
+            log.info("kept the calibration derived from your questions; `calibrate` derives one from the book again")
+        use(retriever, kept, _parse_thresholds(record))
         return kept
     derived = await derive(retriever, index)
-    await save(index, retriever.embedder, derived.calibration, "book")
-    log.info("calibration derived from the book in %.1f s: %s", derived.seconds, points(derived.calibration))
+    await save(index, retriever.embedder, derived.calibration, "book", derived.thresholds)
+    log.info(
+        "calibration derived from the book in %.1f s (+%.1f s for the second opinion): %s",
+        derived.seconds,
+        derived.opinion_seconds,
+        points(derived.calibration),
+    )
+    use(retriever, derived.calibration, derived.thresholds)
     return derived.calibration
+
+
+def use(retriever: Retriever, calibration: Calibration, thresholds: Thresholds | None) -> None:
+    """Put a calibration (and the second opinion's thresholds, when there are any) into force for ``retriever``."""
+    retriever.calibration = calibration
+    if retriever.second_opinion is not None and thresholds is not None:
+        retriever.second_opinion.thresholds = thresholds
 
 
 def points(calibration: Calibration) -> str:
@@ -194,16 +270,28 @@ def report(derived: Derived, prior: Calibration) -> str:
         marks = ", ".join(f"p{round(q * 100)} {quantile(values, q):.3f}" for q in (0.05, 0.1, 0.25, 0.5, 0.75, 0.95))
         return f"{len(values)} probes: {marks}, max {values[-1]:.3f}"
 
-    return "\n".join(
-        [
-            f"derived from the book:  {points(derived.calibration)}  ({derived.seconds:.1f} s)",
-            f"embedder's defaults:    {points(prior)}",
-            f"out-of-scope probes:    {spread(derived.out_of_scope)}",
-            f"in-scope probes:        {spread(derived.in_scope)}",
-            f"rule: decline = min(out-of-scope p95 + {DECLINE_MARGIN}, in-scope p10); "
-            f"low = max(in-scope median - {LOW_MARGIN}, decline + {MIN_GAP}); high = low + the defaults' low-high span",
-        ]
-    )
+    lines = [
+        f"derived from the book:  {points(derived.calibration)}  ({derived.seconds:.1f} s)",
+        f"embedder's defaults:    {points(prior)}",
+        f"out-of-scope probes:    {spread(derived.out_of_scope)}",
+        f"in-scope probes:        {spread(derived.in_scope)}",
+        f"rule: decline = min(out-of-scope p95 + {DECLINE_MARGIN}, in-scope p10); "
+        f"low = max(in-scope median - {LOW_MARGIN}, decline + {MIN_GAP}); high = low + the defaults' low-high span",
+    ]
+    if derived.thresholds is None:
+        lines.append("second opinion:         none (the cross-encoder is not installed)")
+        return "\n".join(lines)
+    t = derived.thresholds
+    raw_band = (derived.calibration.to_raw(t.band_low), derived.calibration.to_raw(t.band_high))
+    logits = ", ".join(f"{x:.2f}" for x in derived.opinion_probes)
+    lines += [
+        f"second opinion:         {t.describe()}  ({derived.opinion_seconds:.1f} s)",
+        f"  its band in raw evidence: {raw_band[0]:.3f}-{raw_band[1]:.3f}",
+        f"  best logit of the {len(derived.opinion_probes)} closest out-of-scope probes: {logits}",
+        f"  rule: decline below = max logit + {LOGIT_MARGIN}, within {DECLINE_WINDOW[0]}..{DECLINE_WINDOW[1]}; "
+        f"overturn above = that + {OVERTURN_GAP}, at least 0",
+    ]
+    return "\n".join(lines)
 
 
 async def _sections(index: VectorIndex) -> list[tuple[str, str]]:
@@ -224,6 +312,17 @@ async def _kept(index: VectorIndex) -> Any:
 def _source(kept: Any) -> Source | None:
     value = kept.get("source") if isinstance(kept, Mapping) else None
     return value if value in ("book", "questions") else None
+
+
+def _parse_thresholds(kept: Any) -> Thresholds | None:
+    value = kept.get("second_opinion") if isinstance(kept, Mapping) else None
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return Thresholds(**{k: float(value[k]) for k in ("decline_below", "overturn_above", "band_low", "band_high")})
+    except (KeyError, TypeError, ValueError):
+        log.warning("the second opinion's thresholds stored with the index are unreadable; using its defaults")
+        return None
 
 
 def _parse(kept: Any, embedder: Embedder) -> Calibration | None:

@@ -49,6 +49,15 @@ class Calibration:
                 return y0 + (raw - x0) * (y1 - y0) / (x1 - x0)
         return 1.0
 
+    def to_raw(self, common: float) -> float:
+        """The inverse of ``to_common`` (where the mapping rises)."""
+        points = ((0.0, 0.0), (self.decline, DECLINE), (self.low, LOW), (self.high, HIGH), (1.0, 1.0))
+        common = min(1.0, max(0.0, common))
+        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+            if common <= y1:
+                return x0 + (common - y0) * (x1 - x0) / (y1 - y0)
+        return 1.0
+
 
 # OpenAI's numbers are the design's own (its seeds were written for text-embedding-3-small). MiniLM's
 # were calibrated on the shared question set; see the README for the distributions behind them.

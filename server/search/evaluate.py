@@ -9,13 +9,19 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from server.search import calibration as book_calibration
 from server.search import confidence
 from server.search.confidence import Calibration
 from server.search.retrieval import Retrieval, Retriever
+from server.search.second_opinion import Thresholds
+
+if TYPE_CHECKING:
+    from server.index.embeddings import Embedder
+    from server.index.vectors import VectorIndex
 
 KINDS = ("answerable", "out_of_scope", "module_filter", "selection")
 
@@ -52,6 +58,9 @@ class Outcome:
     searched: str
     decision: str | None
     expected: str | None  # module_filter: "module" or "all"; selection: the source file
+    second_opinion: str | None = None  # "declined" / "answered" when it changed the decision, "kept", None: not asked
+    cross_score: float | None = None  # the best logit it gave (every question with ``judge_all``)
+    retrieval_ms: float = 0.0  # ``timings_ms.retrieval`` as the server reports it
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,11 @@ class Figures:
     selection_cited: float
     confidence_answerable_median: float | None
     confidence_out_of_scope_median: float | None
+    second_opinion_asked: int = 0
+    second_opinion_declined: int = 0  # answers it declined
+    second_opinion_declined_out_of_scope: int = 0  # ... of which out of scope (right)
+    second_opinion_answered: int = 0  # declines it overturned
+    second_opinion_answered_answerable: int = 0  # ... of which answerable (right)
 
 
 def load_questions(path: Path) -> list[Question]:
@@ -105,9 +119,12 @@ def load_questions(path: Path) -> list[Question]:
     return questions
 
 
-async def ask(retriever: Retriever, question: Question, *, module_aware: bool = False) -> Outcome:
+async def ask(
+    retriever: Retriever, question: Question, *, module_aware: bool = False, judge_all: bool = False
+) -> Outcome:
     """One question as a reader would ask it: module_filter questions always carry their filter, the
-    other kinds only with ``module_aware`` (as if the reader had filtered to the module they were reading)."""
+    other kinds only with ``module_aware`` (as if the reader had filtered to the module they were reading).
+    ``judge_all``: record the cross-encoder's best logit for every question, not only where it was asked."""
     module = question.module if (question.kind == "module_filter" or module_aware) else None
     if question.kind == "selection":
         result = await retriever.retrieve(question.question, module=module, selected_text=question.selected_text)
@@ -116,11 +133,17 @@ async def ask(retriever: Retriever, question: Question, *, module_aware: bool = 
     expected = None
     if question.kind == "module_filter":
         expected = "module" if question.in_filter else "all"
-    return _outcome(question, result, result.candidates, expected=expected)
+    outcome = _outcome(question, result, result.candidates, expected=expected)
+    if judge_all and outcome.cross_score is None and retriever.second_opinion is not None:
+        scores = await retriever.second_opinion.scores(question.question, [s.passage for s in result.candidates])
+        outcome = replace(outcome, cross_score=round(max(scores), 3) if scores else None)
+    return outcome
 
 
-async def run(retriever: Retriever, questions: Iterable[Question], *, module_aware: bool = False) -> list[Outcome]:
-    return [await ask(retriever, q, module_aware=module_aware) for q in questions]
+async def run(
+    retriever: Retriever, questions: Iterable[Question], *, module_aware: bool = False, judge_all: bool = False
+) -> list[Outcome]:
+    return [await ask(retriever, q, module_aware=module_aware, judge_all=judge_all) for q in questions]
 
 
 def figures(outcomes: Sequence[Outcome]) -> Figures:
@@ -144,6 +167,11 @@ def figures(outcomes: Sequence[Outcome]) -> Figures:
         selection_cited=_share(o.rank is not None for o in selection),
         confidence_answerable_median=_median(o.confidence for o in answerable),
         confidence_out_of_scope_median=_median(o.confidence for o in oos),
+        second_opinion_asked=sum(o.second_opinion is not None for o in outcomes),
+        second_opinion_declined=sum(o.second_opinion == "declined" for o in outcomes),
+        second_opinion_declined_out_of_scope=sum(o.second_opinion == "declined" for o in oos),
+        second_opinion_answered=sum(o.second_opinion == "answered" for o in outcomes),
+        second_opinion_answered_answerable=sum(o.second_opinion == "answered" for o in (*answerable, *module_filter)),
     )
 
 
@@ -163,6 +191,31 @@ def calibrate(outcomes: Sequence[Outcome]) -> Calibration:
     low = max(_quantile(answerable, 0.1), decline + 0.05)
     high = max(_quantile(answerable, 0.75), low + 0.05)
     return Calibration(decline=round(decline, 3), low=round(low, 3), high=round(min(high, 0.99), 3))
+
+
+def calibrate_opinion(outcomes: Sequence[Outcome], thresholds: Thresholds) -> Thresholds:
+    """The second opinion's thresholds from questions whose confidence lies in its band (``judge_all`` outcomes):
+    decline halfway across the gap between the best logits of out-of-scope and answerable questions (the 90th
+    and 10th percentiles when they overlap); overturn that + ``calibration.OVERTURN_GAP``, at least 0."""
+
+    def logits(kind: str) -> list[float]:
+        return sorted(
+            o.cross_score
+            for o in outcomes
+            if o.kind == kind
+            and o.cross_score is not None
+            and thresholds.band_low <= o.confidence < thresholds.band_high
+        )
+
+    answerable, oos = logits("answerable"), logits("out_of_scope")
+    if len(answerable) < 2 or len(oos) < 2:
+        raise ValueError("the second opinion needs at least 2 answerable and 2 out-of-scope questions in its band")
+    top_oos, bottom_answerable = oos[-1], answerable[0]
+    if top_oos >= bottom_answerable:
+        top_oos, bottom_answerable = _quantile(oos, 0.9), _quantile(answerable, 0.1)
+    decline = round((top_oos + bottom_answerable) / 2, 2)
+    overturn = round(max(0.0, decline + book_calibration.OVERTURN_GAP), 2)
+    return replace(thresholds, decline_below=decline, overturn_above=max(overturn, decline + 0.01))
 
 
 def declines(outcomes: Sequence[Outcome], calibration: Calibration) -> tuple[float, float]:
@@ -189,6 +242,37 @@ def cross_validate(outcomes: Sequence[Outcome]) -> list[tuple[Calibration, float
         calibration = calibrate(train)
         result.append((calibration, *declines(test, calibration)))
     return result
+
+
+async def save_calibration(
+    index: VectorIndex, embedder: Embedder, retriever: Retriever, outcomes: Sequence[Outcome]
+) -> str:
+    """``eval --calibrate --save``: keep with the index the calibration these questions suggest, and the second
+    opinion's thresholds when they give them; says what it kept. ValueError when they suggest no calibration."""
+    derived = calibrate(outcomes)
+    thresholds = await book_calibration.stored_thresholds(index, embedder)
+    lines = []
+    opinion = retriever.second_opinion
+    if opinion is not None and opinion.available:
+        try:
+            thresholds = calibrate_opinion(outcomes, opinion.thresholds)
+        except ValueError as exc:
+            lines.append(f"second opinion's thresholds kept as they were: {exc}")
+    await book_calibration.save(index, embedder, derived, "questions", thresholds)
+    lines.append(f"saved with the index: {book_calibration.points(derived)} (serve uses it after a restart)")
+    if thresholds is not None:
+        lines.append(f"second opinion saved: {thresholds.describe()}")
+    return "\n".join(lines)
+
+
+def opinion_report(outcomes: Sequence[Outcome], thresholds: Thresholds) -> str:
+    """The second opinion's thresholds in use, and the ones these questions suggest (``calibrate_opinion``)."""
+    lines = [f"second opinion in use:  {thresholds.describe()}"]
+    try:
+        lines.append(f"derived from these:     {calibrate_opinion(outcomes, thresholds).describe()}")
+    except ValueError as exc:
+        lines.append(f"second opinion:         cannot derive from these: {exc}")
+    return "\n".join(lines)
 
 
 def calibration_report(outcomes: Sequence[Outcome], current: Calibration) -> str:
@@ -226,6 +310,15 @@ def table(result: Figures, *, title: str = "") -> str:
         ("  selection's file cited", share(result.selection, result.selection_cited)),
         ("median confidence, answerable", _optional(result.confidence_answerable_median)),
         ("median confidence, out of scope", _optional(result.confidence_out_of_scope_median)),
+        ("second opinion asked", str(result.second_opinion_asked)),
+        (
+            "  answers it declined (out of scope)",
+            f"{result.second_opinion_declined} ({result.second_opinion_declined_out_of_scope})",
+        ),
+        (
+            "  declines it overturned (answerable)",
+            f"{result.second_opinion_answered} ({result.second_opinion_answered_answerable})",
+        ),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [title] if title else []
@@ -277,6 +370,7 @@ class PlotUnavailable(RuntimeError):
 
 def _outcome(question: Question, result: Retrieval, ranked: Sequence[Any], *, expected: str | None) -> Outcome:
     files = tuple(s.file_path for s in ranked)
+    verdict = result.second_opinion
     wanted = set(question.expected_files) or ({question.source_file} if question.source_file else set())
     rank = next((n for n, f in enumerate(files, start=1) if f in wanted), None)
     return Outcome(
@@ -291,6 +385,9 @@ def _outcome(question: Question, result: Retrieval, ranked: Sequence[Any], *, ex
         searched=result.scope.searched,
         decision=result.scope.decision,
         expected=expected,
+        second_opinion=None if verdict is None else (verdict.change or "kept"),
+        cross_score=None if verdict is None else verdict.score,
+        retrieval_ms=result.timings_ms.get("retrieval", 0.0),
     )
 
 

@@ -2,14 +2,14 @@
 
 Plain values in, dataclasses out (no Starlette). Confidence (``confidence.py``) comes from the kept
 sources' relevance (dense cosine plus keyword coverage) and the names the book knows; the module filter
-follows DESIGN.md's adaptive rules.
+follows DESIGN.md's adaptive rules. Where confidence is in doubt, the cross-encoder's second opinion
+(``second_opinion.py``) may decline or answer after all, and orders the candidates it read.
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -19,16 +19,27 @@ from server.index.embeddings import Embedder
 from server.index.vectors import Hit, VectorIndex
 from server.search import confidence, passages
 from server.search.confidence import Calibration, Level
+from server.search.rerank import CONTEXT_BUDGET_TOKENS as CONTEXT_BUDGET_TOKENS
+from server.search.rerank import (
+    Candidate,
+    Query,
+    distinct_sections,
+    diversify,
+    held,
+    known_share,
+    rank,
+    shingles,
+    within_budget,
+)
+from server.search.rerank import excerpt as excerpt
+from server.search.rerank import searchable as searchable
+from server.search.second_opinion import SecondOpinion, Verdict
 
 CANDIDATES = 10
 TOP_K = 5
 SELECTION_TOP_K = 3
-CONTEXT_BUDGET_TOKENS = 3000
 RELATED_K = 3
-_KEYWORD_WEIGHT = 0.2  # how much covering the question's keywords lifts a candidate's dense score
-_DUPLICATE_OVERLAP = 0.6  # word-set overlap above which two chunks say the same thing
 _SELECTION_BOOST = 0.3
-_EXCERPT_CHARS = 240
 # Up to this many chunks the in-process search and rerank take under a millisecond (0.45 ms for the shared
 # book's 2,379): cheaper on the event loop than a hop to a worker thread and back, which under load waits
 # for the GIL and a core (bench/chat.py). Larger indexes search in a thread so the loop is not held.
@@ -54,6 +65,11 @@ class Source:
     text: str
     token_count: int
     kind: passages.Kind = "teaching"
+
+    @property
+    def passage(self) -> str:
+        """What the cross-encoder reads: the heading path, then the text."""
+        return " > ".join(self.heading_path) + "\n" + self.text
 
     def event(self) -> dict[str, Any]:
         """The ``sources`` event entry (DESIGN.md SSE protocol)."""
@@ -101,6 +117,8 @@ class Retrieval:
     similarity: float = 0.0  # the raw evidence (weighted relevance x name factor) before calibration
     candidates: tuple[Source, ...] = ()  # the diversified top 5, kept even on a decline (for evaluation)
     unknown_terms: tuple[str, ...] = ()  # names, then specific terms, in the question that the book never uses
+    unscaled: float = 0.0  # the common-scale confidence before the names / terms factor
+    second_opinion: Verdict | None = None  # the cross-encoder's, where it was asked
 
     @property
     def declined(self) -> bool:
@@ -114,10 +132,17 @@ class Retriever:
     (``VectorIndex.hybrid_search``); everything after it is the same for both.
     """
 
-    def __init__(self, index: VectorIndex, embedder: Embedder, calibration: Calibration | None = None) -> None:
+    def __init__(
+        self,
+        index: VectorIndex,
+        embedder: Embedder,
+        calibration: Calibration | None = None,
+        second_opinion: SecondOpinion | None = None,
+    ) -> None:
         self.index = index
         self.embedder = embedder
         self.calibration = calibration or confidence.CALIBRATIONS[embedder.name]
+        self.second_opinion = second_opinion
         self._terms: dict[tuple[str, str], frozenset[str]] = {}
 
     async def retrieve(
@@ -127,40 +152,98 @@ class Retriever:
         if selected_text:
             result = await self._selection(question, selected_text, module)
         else:
-            result = await self._textbook(question, module)
+            result = await self._reconsider(question, await self._textbook(question, module))
         return replace(result, timings_ms={"retrieval": round((time.perf_counter() - started) * 1000, 2)})
 
     async def evidence(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> float:
         """The raw evidence for ``text`` in the whole book, before calibration, as ``retrieve`` measures it;
         ``hold_out`` leaves out the section at that URL (the in-scope probes of ``calibration.py``)."""
-        query = _Query(text)
+        query = Query(text)
         ranked = [c for c in await self._search(dense, query, None) if c.hit.payload.get("url") != hold_out]
         unknown = await self._unknown_names(query, ranked)
-        return confidence.weighted_similarity([c.relevance for c in _diversify(ranked, TOP_K)]) * _known(query, unknown)
+        return confidence.weighted_similarity([c.relevance for c in diversify(ranked, TOP_K)]) * known_share(
+            query, unknown
+        )
+
+    async def probe(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> tuple[float, list[str]]:
+        """``evidence`` and the passages the second opinion would read for it (``calibration.py``'s probes)."""
+        query = Query(text)
+        ranked = [c for c in await self._search(dense, query, None) if c.hit.payload.get("url") != hold_out]
+        unknown = await self._unknown_names(query, ranked)
+        kept = diversify(ranked, TOP_K)
+        evidence = confidence.weighted_similarity([c.relevance for c in kept]) * known_share(query, unknown)
+        return evidence, [s.passage for s in _sources(kept)]
 
     async def warm(self) -> None:
-        """Load the embedder and touch the index now rather than on the first question."""
+        """Load the embedder (and the second opinion's model) and touch the index now, not on the first question."""
         dense = await self.embedder.embed_query("warm up")
         if await self.index.exists():
-            await self._search(dense, _Query("warm up"), None)
+            await self._search(dense, Query("warm up"), None)
+        if self.second_opinion is not None:
+            self.second_opinion.warm_up()
+
+    # -- the second opinion -----------------------------------------------------------------------
+
+    async def _reconsider(self, question: str, result: Retrieval) -> Retrieval:
+        """Where confidence is in doubt, ask the cross-encoder; apply what it says (``second_opinion.py``)."""
+        opinion = self.second_opinion
+        if (
+            opinion is None
+            or not result.candidates
+            or not opinion.thresholds.in_doubt(result.confidence, result.unscaled)
+        ):
+            return result
+        verdict = await opinion.judge(question, [s.passage for s in result.candidates], declined=result.declined)
+        if verdict is None:
+            return result
+        candidates = tuple(replace(result.candidates[i], n=n) for n, i in enumerate(verdict.order, start=1))
+        scope_notices = tuple(n for n in result.notices if n.code != "low_confidence")
+        declined = verdict.change == "declined" or (result.declined and verdict.change != "answered")
+        if declined:
+            score = result.confidence if result.declined else min(result.confidence, _JUST_BELOW_DECLINE)
+            related = result.related or _distinct_source_sections(candidates, RELATED_K)
+            return replace(
+                result,
+                sources=(),
+                confidence=score,
+                level=confidence.level(score),
+                notices=scope_notices,
+                related=related,
+                candidates=candidates,
+                second_opinion=verdict,
+            )
+        score = max(result.confidence, confidence.DECLINE)
+        lvl = confidence.level(score)
+        notices = (_LOW_NOTICE, *scope_notices) if lvl == "low" else scope_notices
+        kept = _sources_within_budget(candidates)
+        return replace(
+            result,
+            sources=kept,
+            confidence=score,
+            level=lvl,
+            notices=notices,
+            related=(),
+            candidates=candidates,
+            second_opinion=verdict,
+        )
 
     # -- textbook mode ----------------------------------------------------------------------------
 
     async def _textbook(self, question: str, module: str | None) -> Retrieval:
         dense = await self.embedder.embed_query(question)
-        query = _Query(question)
+        query = Query(question)
         ranked = await self._search(dense, query, module)
         unknown = await self._unknown_names(query, ranked)
         if module is None:
             return self._finish(ranked, Scope(requested_module=None, searched="all"), query, unknown)
 
-        filtered_confidence = self._confidence(_diversify(ranked, TOP_K), query, unknown)
-        unfiltered: list[_Candidate] | None = None
+        filtered_confidence = self._confidence(diversify(ranked, TOP_K), query, unknown)
+        unfiltered: list[Candidate] | None = None
         unfiltered_confidence: float | None = None
         if filtered_confidence < confidence.PARTIAL_FILTER:
             unfiltered = await self._search(dense, query, None)
             unknown_all = await self._unknown_names(query, unfiltered)
-            unfiltered_confidence = self._confidence(_diversify(unfiltered, TOP_K), query, unknown_all)
+            unfiltered_confidence = self._confidence(diversify(unfiltered, TOP_K), query, unknown_all)
         decision = confidence.filter_decision(filtered_confidence, unfiltered_confidence)
         name = await self._module_title(module)  # readers see the module's title, not its folder id
         if decision == "widened":
@@ -193,20 +276,20 @@ class Retriever:
         """The answer comes from the selection; retrieval only finds where it sits in the book, for citations."""
         text = f"{selected_text[:1500]}\n{question}"
         dense = await self.embedder.embed_query(text)
-        query = _Query(question)
-        ranked = await self._search(dense, _Query(text), module, rank_query=query)
-        shingles = _shingles(selected_text)
+        query = Query(question)
+        ranked = await self._search(dense, Query(text), module, rank_query=query)
+        selection = shingles(selected_text)
         boosted = []
         for candidate in ranked:
-            held = _held(shingles, str(candidate.hit.payload.get("text", "")))
+            share = held(selection, str(candidate.hit.payload.get("text", "")))
             boosted.append(
-                replace(candidate, rank_score=candidate.rank_score + _SELECTION_BOOST * held, contains=held >= 0.5)
+                replace(candidate, rank_score=candidate.rank_score + _SELECTION_BOOST * share, contains=share >= 0.5)
             )
         boosted.sort(key=lambda c: c.rank_score, reverse=True)
         # Stricter than textbook mode: a citation must be at least "medium" on its own, unless it holds the selection.
         kept = [
             c
-            for c in _diversify(boosted, SELECTION_TOP_K)
+            for c in diversify(boosted, SELECTION_TOP_K)
             if c.contains or self.calibration.to_common(c.relevance) >= confidence.LOW
         ]
         sources = _sources(kept)
@@ -226,12 +309,12 @@ class Retriever:
     # -- search -----------------------------------------------------------------------------------
 
     async def _search(
-        self, dense: Sequence[float], query: _Query, module: str | None, *, rank_query: _Query | None = None
-    ) -> list[_Candidate]:
+        self, dense: Sequence[float], query: Query, module: str | None, *, rank_query: Query | None = None
+    ) -> list[Candidate]:
         """The top CANDIDATES of the fused dense + keyword search, reranked."""
         ranking = rank_query or query
         hits = await self.index.hybrid_search(dense, sparse.query_vector(query.text), limit=CANDIDATES, module=module)
-        return _rank(hits, ranking, self._terms_of)
+        return rank(hits, ranking, self._terms_of)
 
     def _terms_of(self, hit: Hit) -> frozenset[str]:
         """A chunk's keyword terms for the rerank, computed once per chunk version (cached by id and hash)."""
@@ -244,7 +327,7 @@ class Retriever:
             self._terms[key] = terms
         return terms
 
-    async def _unknown_names(self, query: _Query, ranked: Sequence[_Candidate]) -> tuple[str, ...]:
+    async def _unknown_names(self, query: Query, ranked: Sequence[Candidate]) -> tuple[str, ...]:
         """What the question names, and its informative terms, that the book never mentions (checked in the
         candidates, then the whole book)."""
         wanted = [*query.names, *(t for t in query.informative if t not in query.names)]
@@ -259,34 +342,31 @@ class Retriever:
 
     # -- shared -----------------------------------------------------------------------------------
 
-    def _confidence(self, kept: Sequence[_Candidate], query: _Query, unknown: Sequence[str]) -> float:
-        return confidence.score([c.relevance for c in kept], self.calibration, known=_known(query, unknown))
+    def _confidence(self, kept: Sequence[Candidate], query: Query, unknown: Sequence[str]) -> float:
+        return confidence.score([c.relevance for c in kept], self.calibration, known=known_share(query, unknown))
 
     def _finish(
         self,
-        ranked: Sequence[_Candidate],
+        ranked: Sequence[Candidate],
         scope: Scope,
-        query: _Query,
+        query: Query,
         unknown: Sequence[str],
         notices: Sequence[Notice] = (),
     ) -> Retrieval:
-        kept = _diversify(ranked, TOP_K)
-        known = _known(query, unknown)
+        kept = diversify(ranked, TOP_K)
+        known = known_share(query, unknown)
         similarity = confidence.weighted_similarity([c.relevance for c in kept]) * known
         score = confidence.score([c.relevance for c in kept], self.calibration, known=known)
         lvl = confidence.level(score)
         candidates = _sources(kept)
         if lvl == "none":
-            related = _sources(_distinct_sections(ranked, RELATED_K))
+            related = _sources(distinct_sections(ranked, RELATED_K))
             sources: tuple[Source, ...] = ()
         else:
             related = ()
-            sources = _sources(_within_budget(kept))
+            sources = _sources(within_budget(kept))
             if lvl == "low":
-                notices = [
-                    Notice("low_confidence", "The book may not cover this well; check the cited sections."),
-                    *notices,
-                ]
+                notices = [_LOW_NOTICE, *notices]
         return Retrieval(
             "textbook",
             sources,
@@ -298,103 +378,35 @@ class Retriever:
             similarity=similarity,
             candidates=candidates,
             unknown_terms=tuple(unknown),
+            unscaled=confidence.score([c.relevance for c in kept], self.calibration),
         )
 
 
-class _Query:
-    """A question's keyword terms and the names in it, computed once."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.terms = sparse.terms(text)
-        self.keywords = frozenset(self.terms)
-        self.names = tuple(sparse.names(text))
-        self.informative = sparse.informative(text, exclude=self.names)
-
-
-def _known(query: _Query, unknown: Sequence[str]) -> float:
-    """How much evidence survives what the book never mentions: the question's unknown names, or its unknown
-    informative terms weighted by how specific they are, whichever leaves less."""
-    names = confidence.name_factor(query.names, [u for u in unknown if u in query.names])
-    terms = confidence.term_factor(query.informative, [u for u in unknown if u in query.informative])
-    return min(names, terms)
-
-
-def searchable(payload: Mapping[str, Any]) -> str:
-    """What the keyword side reads: the breadcrumb (module, headings; a crumb equal to the one before it once) and
-    the text, as ingestion builds the sparse vectors the engine searches, so the rerank counts the same terms."""
-    crumbs: list[str] = []
-    for crumb in (str(payload.get("module_title", "")), *(str(h) for h in payload.get("heading_path", ()))):
-        if crumb and (not crumbs or crumbs[-1] != crumb):
-            crumbs.append(crumb)
-    return " ".join(crumbs) + "\n" + str(payload.get("text", ""))
-
-
-def _rank(hits: Sequence[Hit], query: _Query, terms_of: Callable[[Hit], frozenset[str]]) -> list[_Candidate]:
-    """Rerank: dense similarity leads; covering the question's keywords lifts a passage; a quiz or an exercise
-    resembles the question without answering it, so it is pushed down (``passages.py``)."""
-    candidates = []
-    for position, hit in enumerate(hits):
-        terms = terms_of(hit)
-        coverage = len(query.keywords & terms) / len(query.keywords) if query.keywords else 0.0
-        relevance = min(1.0, hit.dense_score + _KEYWORD_WEIGHT * coverage)
-        rank_score = relevance - passages.rank_penalty(hit.payload, query.text) + 0.02 / (1 + position)
-        candidates.append(_Candidate(hit=hit, rank_score=rank_score, relevance=relevance, terms=terms))
-    candidates.sort(key=lambda c: c.rank_score, reverse=True)
-    return candidates
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    hit: Hit
-    rank_score: float
-    relevance: float = 0.0  # dense similarity plus the keyword-coverage bonus: what confidence is computed from
-    terms: frozenset[str] = frozenset()
-    contains: bool = False
-
-
-def _diversify(ranked: Sequence[_Candidate], k: int) -> list[_Candidate]:
-    """Best first, skipping a chunk that mostly repeats one already kept (overlapping pieces, restated quizzes)."""
-    kept: list[_Candidate] = []
-    kept_words: list[set[str]] = []
-    for candidate in ranked:
-        words = set(_WORD.findall(str(candidate.hit.payload.get("text", "")).lower()))
-        if any(_overlap(words, other) > _DUPLICATE_OVERLAP for other in kept_words):
-            continue
-        kept.append(candidate)
-        kept_words.append(words)
-        if len(kept) == k:
-            break
-    return kept
-
-
-def _within_budget(kept: Sequence[_Candidate], budget: int = CONTEXT_BUDGET_TOKENS) -> list[_Candidate]:
-    result: list[_Candidate] = []
+def _sources_within_budget(candidates: Sequence[Source], budget: int = CONTEXT_BUDGET_TOKENS) -> tuple[Source, ...]:
+    """``within_budget`` for candidates already made sources (the second opinion's order), renumbered 1..n."""
+    result: list[Source] = []
     used = 0
-    for candidate in kept:
-        tokens = int(candidate.hit.payload.get("token_count", 0))
-        if result and used + tokens > budget:
-            continue  # a smaller, later source may still fit
-        result.append(candidate)
-        used += tokens
-    return result
-
-
-def _distinct_sections(ranked: Sequence[_Candidate], k: int) -> list[_Candidate]:
-    seen: set[str] = set()
-    result = []
-    for candidate in ranked:
-        url = str(candidate.hit.payload.get("url", ""))
-        if url in seen:
+    for source in candidates:
+        if result and used + source.token_count > budget:
             continue
-        seen.add(url)
-        result.append(candidate)
+        result.append(replace(source, n=len(result) + 1))
+        used += source.token_count
+    return tuple(result)
+
+
+def _distinct_source_sections(candidates: Sequence[Source], k: int) -> tuple[Source, ...]:
+    seen: set[str] = set()
+    result: list[Source] = []
+    for source in candidates:
+        if source.url not in seen:
+            seen.add(source.url)
+            result.append(replace(source, n=len(result) + 1))
         if len(result) == k:
             break
-    return result
+    return tuple(result)
 
 
-def _sources(kept: Sequence[_Candidate]) -> tuple[Source, ...]:
+def _sources(kept: Sequence[Candidate]) -> tuple[Source, ...]:
     sources = []
     for n, candidate in enumerate(kept, start=1):
         p = candidate.hit.payload
@@ -420,33 +432,5 @@ def _sources(kept: Sequence[_Candidate]) -> tuple[Source, ...]:
     return tuple(sources)
 
 
-def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
-    """The start of a chunk as plain prose: no code fences, no Markdown marks, cut at a word."""
-    prose = _FENCE.sub(" ", text)
-    prose = _MARKS.sub("", prose)
-    prose = " ".join(prose.split())
-    if len(prose) <= limit:
-        return prose
-    return prose[:limit].rsplit(" ", 1)[0] + "…"
-
-
-def _overlap(a: set[str], b: set[str]) -> float:
-    return len(a & b) / min(len(a), len(b)) if a and b else 0.0
-
-
-def _shingles(text: str) -> set[tuple[str, ...]]:
-    words = _WORD.findall(text.lower())
-    return {tuple(words[i : i + 3]) for i in range(max(1, len(words) - 2))} if words else set()
-
-
-def _held(selection: set[tuple[str, ...]], text: str) -> float:
-    """How much of the selection a chunk holds, as a share of the word triples of whichever is shorter: 1.0 when
-    the chunk holds all of a short selection, and also when it lies wholly inside a selection spanning chunks."""
-    chunk = _shingles(text)
-    # A chunk of a few words would "lie wholly inside" almost any selection, so it counts as at least 10 triples.
-    return len(selection & chunk) / min(len(selection), max(len(chunk), 10)) if selection and chunk else 0.0
-
-
-_WORD = re.compile(r"\w+")
-_FENCE = re.compile(r"```.*?(```|$)|~~~.*?(~~~|$)", re.S)
-_MARKS = re.compile(r"[#*_`>|]|\[(?=[^\]]*\]\()|\]\([^)]*\)")
+_LOW_NOTICE = Notice("low_confidence", "The book may not cover this well; check the cited sections.")
+_JUST_BELOW_DECLINE = round(confidence.DECLINE - 0.0001, 4)

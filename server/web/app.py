@@ -176,7 +176,7 @@ async def _ingest_at_start(services: Services) -> None:
     log.info("book ingested at start-up: %s", report.summary())
     serving = services.chat.retriever if services.chat is not None else None
     retriever = serving or Retriever(services.index, services.embedder)
-    retriever.calibration = await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
+    await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
     services.embedder.release_batches()
 
 

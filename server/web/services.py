@@ -86,8 +86,9 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     from server.answer.faq import Faq
     from server.answer.generation import create_generator
     from server.chat.service import ChatService
-    from server.search.calibration import stored
+    from server.search.calibration import stored, stored_thresholds
     from server.search.retrieval import Retriever
+    from server.search.second_opinion import SecondOpinion
     from server.streams.capabilities import Capabilities
     from server.streams.relay import RedisRelay
     from server.streams.streaming import StreamRegistry
@@ -109,12 +110,16 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     stack.push_async_callback(registry.cancel_all, "shutdown")
     key = settings.stream_signing_key.reveal().encode() if settings.stream_signing_key else None
     calibration = await stored(services.index, services.embedder)  # the book's own, when ingest derived one
-    generator = create_generator(settings)
+    # The cross-encoder's second opinion where confidence is in doubt; without its files, answers as before.
+    second_opinion = SecondOpinion.load(await stored_thresholds(services.index, services.embedder))
+    stack.callback(second_opinion.close)
+    # One cross-encoder per process: the offline answer orders its sentences with the same session.
+    generator = create_generator(settings, cross_encoder=second_opinion.encoder)
     stack.push_async_callback(generator.aclose)
     return ChatService(
         store=services.store,
         registry=registry,
-        retriever=Retriever(services.index, services.embedder, calibration),
+        retriever=Retriever(services.index, services.embedder, calibration, second_opinion),
         generator=generator,
         faq=Faq.load(settings.faq_path, base_url=settings.book_base_url),
         capabilities=Capabilities(key, ttl_s=settings.stream_ttl_s),
