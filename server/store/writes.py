@@ -20,12 +20,13 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from server.core.errors import DatabaseUnavailable
+from server.core.text import scrub
 from server.store.rows import Citation, Completion, LateQuestion
 from server.store.sessions import Store
 
@@ -74,7 +75,7 @@ class AnswerWriter:
         """Queue an answer (with its question, if that is not stored yet); the future resolves when it is
         written (it may never, before a shutdown spills it)."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Item(message_id, completion, late, written))
+        self._queue.put_nowait(_Item(message_id, _storable(completion), late, written))
         return written
 
     async def close(self, drain_s: float) -> None:
@@ -134,11 +135,20 @@ class AnswerWriter:
             raise
         except Exception:
             if len(items) == 1:
-                path = self._spill(items, prefix="rejected-")
-                log.exception("an answer Postgres refused is set aside in %s: %s", path, items[0].message_id)
+                await self._set_aside(items[0])
                 return
             for item in items:
                 await self._write([item])
+
+    async def _set_aside(self, item: _Item) -> None:
+        """An answer refused on its own: spilled for an operator, and its message ended as ``failed``, so it never
+        stays ``streaming`` (whose history would offer a stream that no worker serves, issue 25)."""
+        path = self._spill([item], prefix="rejected-")
+        log.exception("an answer Postgres refused is set aside in %s: %s", path, item.message_id)
+        try:
+            await self._store.fail_message(item.message_id)
+        except Exception as exc:
+            log.error("a refused answer could not be marked failed (%s): %s", type(exc).__name__, item.message_id)
 
     def _forget_replayed(self) -> None:
         for path in self._replayed:
@@ -159,6 +169,14 @@ class AnswerWriter:
             os.fsync(out.fileno())
         tmp.replace(path)  # whole or absent: a crash mid-spill leaves no half file to replay
         return path
+
+
+def _storable(completion: Completion) -> Completion:
+    """``completion`` with what Postgres text cannot hold (a lone surrogate, NUL) replaced by U+FFFD."""
+    content, model = scrub(completion.content), None if completion.model is None else scrub(completion.model)
+    if content is completion.content and model is completion.model:
+        return completion
+    return replace(completion, content=content, model=model)
 
 
 def _rows(items: list[_Item]) -> tuple[list[tuple[uuid.UUID, Completion]], list[tuple[uuid.UUID, LateQuestion]]]:
