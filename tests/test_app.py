@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -186,3 +188,40 @@ async def test_the_served_app_warms_retrieval_and_freezes_its_start_up_heap(
             assert any(r.getMessage().startswith("retrieval warmed in") for r in caplog.records)
     finally:
         gc.unfreeze()
+
+
+async def _cut_off(base_url: str, path: str, body: bytes = b"{") -> None:
+    """A request whose body stops short of its Content-Length, then the socket closes."""
+    host, port = httpx.URL(base_url).host, httpx.URL(base_url).port
+    reader, writer = await asyncio.open_connection(host, port)
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    writer.write(head.encode() + body)
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.close()
+    await writer.wait_closed()
+
+
+def _requests_by_status(metrics_text: str, route: str) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "textbook_http_requests_total" and sample.labels["route"] == route:
+                counts[sample.labels["status"]] = counts.get(sample.labels["status"], 0) + sample.value
+    return counts
+
+
+async def test_a_body_cut_off_mid_way_is_no_server_error_in_the_metrics_or_the_log(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = _requests_by_status((await client.get("/metrics")).text, "/api/chat")
+    with caplog.at_level(logging.INFO):
+        await asyncio.gather(*[_cut_off(str(client.base_url), "/api/chat") for _ in range(20)])
+        for _ in range(100):
+            after = _requests_by_status((await client.get("/metrics")).text, "/api/chat")
+            if sum(after.values()) - sum(before.values()) >= 20:
+                break
+            await asyncio.sleep(0.05)
+    assert after.get("499", 0) - before.get("499", 0) == 20
+    assert {s for s in after if s.startswith("5") and after[s] != before.get(s, 0)} == set()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
