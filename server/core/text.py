@@ -3,14 +3,15 @@
 A model server is other people's code: JSON's ``\\uXXXX`` escapes let it send half of a surrogate pair, or
 split one pair across two chunks, and NUL, which Postgres text refuses (issue 25). ``ModelText`` joins pairs
 split across chunks; ``scrub`` replaces whatever is still unencodable. The SSE encoder, the Redis mirror and
-the answer writer call ``scrub`` too, so one bad item can never stop them.
+the answer writer call ``scrub`` too, so one bad item can never stop them. ``for_terminal`` shows readers' text
+to an operator's terminal without letting it drive the terminal.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["REPLACEMENT", "ModelText", "scrub"]
+__all__ = ["REPLACEMENT", "ModelText", "for_terminal", "scrub"]
 
 REPLACEMENT = "\ufffd"
 _UNENCODABLE = re.compile("[\ud800-\udfff\x00]")
@@ -49,3 +50,19 @@ class ModelText:
         """What is still held once the stream ends: a high surrogate no low one followed (as U+FFFD)."""
         held, self._held = self._held, ""
         return scrub(held)
+
+
+# C0 and C1 controls (ESC starts every terminal escape; C1's CSI and OSC do too on some terminals), DEL, and the
+# marks that reorder what follows them (bidi overrides, embeddings, isolates) or break a line.
+_TERMINAL_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def for_terminal(text: str) -> str:
+    """One line of ``text`` that a terminal shows as it is: each control character, bidi mark or line break
+    becomes a visible escape such as ``\\x1b`` or ``\\u202e`` (issue 25: a question set the window title)."""
+    return _TERMINAL_UNSAFE.sub(_visible, text)
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
