@@ -259,6 +259,25 @@ async def test_the_report_routes_answer_only_the_admin_token(admin: httpx.AsyncC
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "validation_error"
 
 
+async def test_the_report_page_allows_no_script_no_framing_and_no_sniffing(admin: httpx.AsyncClient) -> None:
+    page = await admin.get("/admin/report", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert page.status_code == 200
+    policy = {d.split()[0]: d.split()[1:] for d in page.headers["content-security-policy"].split("; ")}
+    assert policy["default-src"] == ["'none'"] and policy["style-src"] == ["'unsafe-inline'"]
+    assert policy["frame-ancestors"] == ["'none'"] and "script-src" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff" and page.headers["x-frame-options"] == "DENY"
+
+
+async def test_a_trailing_slash_redirects_relatively_whatever_the_host_header_says(admin: httpx.AsyncClient) -> None:
+    forged = {"Host": "evil.example", "Authorization": f"Bearer {ADMIN_TOKEN}"}
+    slash = await admin.get("/admin/report/?since=7d", headers=forged)
+    assert slash.status_code == 307 and slash.headers["location"] == "/admin/report?since=7d"
+    health = await admin.get("/health/", headers={"Host": "evil.example"})
+    assert health.status_code == 307 and health.headers["location"] == "/health"
+    missing = await admin.get("/no-such-page/", headers={"Host": "evil.example"})
+    assert missing.status_code == 404 and "location" not in missing.headers
+
+
 async def test_without_an_admin_token_the_report_routes_do_not_exist(chat_server: Chat) -> None:
     async with chat_server() as (client, _):
         for path in ("/api/admin/report", "/admin/report"):
