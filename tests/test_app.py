@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,9 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server.core.settings import Settings
+from server.store import migrate
 from server.web.app import create_app
-from tests.conftest import CLOSED_PORT_PG_URL, TEST_REDIS_URL, copy_index
+from tests.conftest import CLOSED_PORT_PG_URL, TEST_REDIS_URL, copy_index, create_database, demo_env, drop_database
 from tests.servers import serving
+from tests.sse_client import of_type, read_all
 
 
 def _assert_json_error(response: httpx.Response, status: int, code: str | None = None) -> None:
@@ -171,6 +174,32 @@ async def test_health_is_degraded_but_200_and_fast_when_dependencies_are_down(tm
     assert response.json()["services"]["postgres"] == "down"
     assert response.json()["services"]["redis"] == "down"
     assert elapsed < 1.0
+
+
+@pytest.fixture
+def unmigrated_db() -> Iterator[str]:
+    url = create_database("textbook_unmigrated")
+    yield url
+    drop_database(url)
+
+
+async def test_an_unmigrated_database_is_degraded_health_and_questions_are_answered_without_history(
+    unmigrated_db: str, demo_index_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = {**demo_env(demo_index_dir, tmp_path, unmigrated_db, None), "SHUTDOWN_GRACE_S": "1"}
+    with caplog.at_level(logging.WARNING):
+        async with serving(create_app(Settings.from_env(env))) as base_url:
+            async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+                health = (await client.get("/health")).json()
+                stream = await read_all(client, "POST", "/api/chat", json={"question": "What is a humanoid robot?"})
+                posted = await client.post("/api/chat/messages", json={"question": "What is a humanoid robot?"})
+                migrate.upgrade(unmigrated_db)  # the operator runs `migrate`: health is ok again
+                after = (await client.get("/health")).json()
+    assert health["status"] == "degraded" and health["services"]["postgres"] == "migrations_pending"
+    assert after["services"]["postgres"] == "ok"
+    assert stream[-1].event == "done" and "history_unavailable" in [e["code"] for e in of_type(stream, "notice")]
+    assert posted.status_code == 202
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_the_served_app_warms_retrieval_and_freezes_its_start_up_heap(
