@@ -94,6 +94,7 @@ async def test_slow_headers_and_slow_bodies_are_closed_at_their_deadline_while_a
         assert status.startswith(b"HTTP/1.1 408") and json.loads(payload)["error"]["code"] == "request_timeout"
     assert all(b"HTTP/1.1 5" not in received for _, received in bodies)
     assert (_closed("header_timeout") - before[0], _closed("body_timeout") - before[1]) == (60, 30)
+    assert guard.pending == {}  # nothing counted for a socket that is gone
 
 
 async def test_a_connection_that_sends_nothing_is_closed_at_the_header_deadline(served: Served) -> None:
@@ -106,12 +107,16 @@ async def test_a_connection_that_sends_nothing_is_closed_at_the_header_deadline(
 
 
 async def test_a_kept_alive_connection_serves_requests_slower_than_the_deadline_apart(served: Served) -> None:
-    async with served(SocketGuard(header_timeout_s=5, body_timeout_s=5)) as url:
+    guard = SocketGuard(header_timeout_s=DEADLINE_S, body_timeout_s=DEADLINE_S)
+    async with served(guard) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             first = await client.get("/api/modules")
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(DEADLINE_S + 0.4)  # idle between requests: uvicorn's keep-alive, not a deadline
             second = await client.post("/api/chat/messages", json={"question": QUESTION})
-    assert (first.status_code, second.status_code) == (200, 202)
+            third = await client.get("/api/modules")
+    assert (first.status_code, second.status_code, third.status_code) == (200, 202, 200)
+    assert first.extensions["network_stream"] is third.extensions["network_stream"]  # one connection throughout
+    assert guard.pending == {}  # every request whole, none counted any more
 
 
 async def test_one_peers_unfinished_requests_are_capped_but_its_open_streams_are_not(served: Served) -> None:

@@ -92,11 +92,6 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._head_bytes is None and self._peer is None and not self.transport.is_closing():
-            # The first bytes of a further request on a kept-alive connection: its head has the same deadline.
-            self._begin_request(capped=False)
-            self._head_bytes = 0
-            self._arm(self._guard.header_timeout_s, "header_timeout")
         super().data_received(data)
         if self._head_bytes is not None and not self.transport.is_closing():
             self._head_bytes += len(data)
@@ -106,6 +101,15 @@ class GuardedProtocol(HttpToolsProtocol):
                 self._refuse(431, "request_headers_too_large", message)
 
     # -- parser callbacks ----------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._head_bytes is None:
+            # A further request on a kept-alive (or pipelining) connection: its head has the same deadline, from
+            # its first byte; the connection is already there, so the per-peer cap does not refuse it.
+            self._begin_request(capped=False)
+            self._head_bytes = 0
+            self._arm(self._guard.header_timeout_s, "header_timeout")
+        super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         self._head_bytes = None
@@ -124,6 +128,8 @@ class GuardedProtocol(HttpToolsProtocol):
     # -- deadlines and the per-peer count ----------------------------------------------------------------------
 
     def _begin_request(self, *, capped: bool = True) -> bool:
+        if self._peer is not None:
+            return True
         peer = self.client[0] if self.client else ""
         cap = self._guard.max_pending_per_peer
         if capped and cap and self._guard.pending[peer] >= cap:
