@@ -138,7 +138,9 @@ async def test_one_peers_unfinished_requests_are_capped_but_its_open_streams_are
             after = await client.get("/api/modules")  # a new connection once the unfinished ones are gone
             for stream in streams:
                 await stream.__aexit__(None, None, None)
-    assert refused == b"" and after.status_code == 200
+    head, _, payload = refused.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 429") and b"retry-after: 5" in head
+    assert json.loads(payload)["error"]["code"] == "too_many_connections" and after.status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ is uvicorn's httptools protocol with three additions, as nginx's ``client_header
   else a JSON 408 and the socket is closed; more than ``MAX_HEAD_BYTES`` of unfinished head is a JSON 431;
 - its body must be whole ``body_timeout_s`` after the headers, else the socket is closed (the app sees the
   client gone, web/app.py answers 499);
-- one peer address may have ``max_pending_per_peer`` connections whose request is not whole yet; more are closed
-  at once. A request that is whole (an open stream) no longer counts, so the benchmarks' 5,000 streams from one
+- one peer address may have ``max_pending_per_peer`` connections whose request is not whole yet; more get a
+  JSON 429 and are closed at once. A request that is whole (an open stream) no longer counts, so the benchmarks' 5,000 streams from one
   address fit, and behind a proxy (one address for everyone) the cap is a setting.
 
 Errors uvicorn answers itself (a malformed request line) get the JSON error shape too.
@@ -81,7 +81,8 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         if not self._begin_request():
             _count_closed("pending_cap")
-            transport.abort()
+            message = "Too many unfinished requests from your address; try again in a few seconds."
+            self._refuse(429, "too_many_connections", message)
             return
         self._head_bytes = 0
         self._arm(self._guard.header_timeout_s, "header_timeout")
@@ -171,9 +172,15 @@ class GuardedProtocol(HttpToolsProtocol):
     def _refuse(self, status: int, code: str, message: str) -> None:
         """A JSON error in the API's shape, then close: the connection is in no state to carry on."""
         body = json.dumps({"error": {"code": code, "message": message}}).encode()
-        reason = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+        reason = {
+            400: b"Bad Request",
+            408: b"Request Timeout",
+            429: b"Too Many Requests",
+            431: b"Request Header Fields Too Large",
+        }[status]
         head = [
             b"HTTP/1.1 %d %s\r\n" % (status, reason),
+            *([b"retry-after: 5\r\n"] if status == 429 else []),
             *(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers),
             b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body),
