@@ -93,6 +93,8 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():  # refused (cap, deadline, too large): what follows is not read
+            return
         super().data_received(data)
         if self._head_bytes is not None and not self.transport.is_closing():
             self._head_bytes += len(data)
