@@ -143,8 +143,11 @@ class AnswerWriter:
     async def _set_aside(self, item: _Item) -> None:
         """An answer refused on its own: spilled for an operator, and its message ended as ``failed``, so it never
         stays ``streaming`` (whose history would offer a stream that no worker serves, issue 25)."""
-        path = self._spill([item], prefix="rejected-")
-        log.exception("an answer Postgres refused is set aside in %s: %s", path, item.message_id)
+        try:
+            path = self._spill([item], prefix="rejected-")
+            log.exception("an answer Postgres refused is set aside in %s: %s", path, item.message_id)
+        except OSError as exc:  # a full disk must not stop the writer either: the refused answer alone is lost
+            log.exception("an answer Postgres refused could not be set aside (%s): %s", exc.strerror, item.message_id)
         try:
             await self._store.fail_message(item.message_id)
         except Exception as exc:

@@ -10,8 +10,9 @@ is uvicorn's httptools protocol with three additions, as nginx's ``client_header
 - its body must be whole ``body_timeout_s`` after the headers, else the socket is closed (the app sees the
   client gone, web/app.py answers 499);
 - one peer address may have ``max_pending_per_peer`` connections whose request is not whole yet; more get a
-  JSON 429 and are closed at once. A request that is whole (an open stream) no longer counts, so the benchmarks' 5,000 streams from one
-  address fit, and behind a proxy (one address for everyone) the cap is a setting.
+  JSON 429 and are closed at once. A request that is whole (an open stream) no longer counts, so the
+  benchmarks' 5,000 streams from one address fit, and behind a proxy (one address for everyone) the cap is a
+  setting.
 
 Errors uvicorn answers itself (a malformed request line) get the JSON error shape too.
 """
