@@ -14,7 +14,6 @@ being away) is set aside in a ``rejected-*.jsonl`` file there, for an operator, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -88,8 +87,12 @@ class AnswerWriter:
             await asyncio.sleep(0.05)
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # the writer had died: what it held is spilled below, and shutdown goes on
+                log.exception("the answer writer had stopped")
         left = self._in_hand + [self._queue.get_nowait() for _ in range(self._queue.qsize())]
         self._in_hand = []
         if left:
