@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.requests import Request
@@ -195,11 +196,22 @@ async def test_an_unmigrated_database_is_degraded_health_and_questions_are_answe
                 posted = await client.post("/api/chat/messages", json={"question": "What is a humanoid robot?"})
                 migrate.upgrade(unmigrated_db)  # the operator runs `migrate`: health is ok again
                 after = (await client.get("/health")).json()
+                for _ in range(100):  # and the answers that waited are written (the writer backs off up to 5 s)
+                    if _count_messages(unmigrated_db) == 4:
+                        break
+                    await asyncio.sleep(0.1)
     assert health["status"] == "degraded" and health["services"]["postgres"] == "migrations_pending"
     assert after["services"]["postgres"] == "ok"
     assert stream[-1].event == "done" and "history_unavailable" in [e["code"] for e in of_type(stream, "notice")]
     assert posted.status_code == 202
+    assert _count_messages(unmigrated_db) == 4  # two questions, two answers
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def _count_messages(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM chat_messages").fetchone()
+    return int(row[0]) if row else 0
 
 
 async def test_the_served_app_warms_retrieval_and_freezes_its_start_up_heap(
