@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -42,7 +43,9 @@ async def test_an_event_redis_cannot_encode_is_dropped_and_the_writer_goes_on(re
     await redis.aclose()
 
 
-async def test_a_full_queue_drops_and_counts_instead_of_growing(redis: Redis) -> None:
+async def test_a_full_queue_drops_and_counts_instead_of_growing_and_leaves_no_hole_in_a_message(
+    redis: Redis,
+) -> None:
     relay = RedisRelay(redis, ttl_s=60, queue_max=3)  # not started: nothing takes from the queue
     before = _dropped("queue_full")
     for i in range(1, 6):
@@ -50,9 +53,20 @@ async def test_a_full_queue_drops_and_counts_instead_of_growing(redis: Redis) ->
     assert _dropped("queue_full") == before + 2
     await relay.start(lambda _: None)
     await relay.flush()
+    # The queue has room again, but "m" lost event 4: nothing after the hole is mirrored, up to its end.
+    relay.mirror("m", Event(6, "token", {"text": "6"}))
+    relay.mirror("m", Event(7, "done", {"finish_reason": "stop"}))
+    relay.mirror("next", Event(1, "token", {"text": "a later answer"}))
+    await relay.flush()
     await relay.close()
-    assert await redis.xlen(events_key("m")) == 3
+    entries: Any = await redis.xrange(events_key("m"))
+    assert [_seq(entry) for entry, _ in entries] == [1, 2, 3]
+    assert await redis.xlen(events_key("next")) == 1
     await redis.aclose()
+
+
+def _seq(entry_id: bytes) -> int:
+    return int(entry_id.decode().split("-")[1])
 
 
 async def test_close_returns_at_once_even_when_a_relay_task_had_died(redis: Redis) -> None:

@@ -49,6 +49,7 @@ class RedisRelay:
         # Bounded: with Redis slow or away, events are dropped (and counted) rather than held without end.
         self._queue: asyncio.Queue[tuple[str, Event]] = asyncio.Queue(maxsize=queue_max)
         self._warned_full_at = -math.inf
+        self._gapped: set[str] = set()  # messages an event of which was dropped: the rest is not mirrored either
         self._writer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
 
@@ -71,11 +72,22 @@ class RedisRelay:
                 log.error("relay tasks still running at shutdown: %s", ", ".join(t.get_name() for t in stuck))
 
     def mirror(self, message_id: str, event: Event) -> None:
-        """Queue ``event`` for Redis; one writer keeps each message's events in order. A full queue drops it."""
+        """Queue ``event`` for Redis; one writer keeps each message's events in order.
+
+        A full queue drops it, and the rest of that message too: a reader on another worker then stalls and is
+        told the answer was lost (``generation_lost``), rather than reading on past a hole in the text.
+        """
+        if message_id in self._gapped:
+            metrics.RELAY_DROPPED.labels("queue_full").inc()
+            if event.event in TERMINAL:
+                self._gapped.discard(message_id)
+            return
         try:
             self._queue.put_nowait((message_id, event))
         except asyncio.QueueFull:
             metrics.RELAY_DROPPED.labels("queue_full").inc()
+            if event.event not in TERMINAL:
+                self._gapped.add(message_id)
             now = time.monotonic()
             if now - self._warned_full_at > 10.0:
                 self._warned_full_at = now
