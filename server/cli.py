@@ -150,6 +150,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         # Worker processes read their settings from the environment, so the flag travels that way.
         os.environ["BOOK_PATH"] = str(book)
     from server.store import embedded_db
+    from server.web.sockets import SocketGuard
 
     with _metrics_dir(settings, args.workers), embedded_db.database(settings) as settings:
         if settings.database_url:
@@ -161,6 +162,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         uvicorn.run(
             "server.web.app:create_app",
             factory=True,
+            # Header and body read deadlines and a cap per peer on unfinished requests (web/sockets.py).
+            http=SocketGuard.from_settings(settings).protocol(),
             host=args.host,
             port=args.port,
             workers=args.workers,

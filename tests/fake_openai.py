@@ -2,8 +2,9 @@
 
 ``/v1/chat/completions`` streams ``chat.completion.chunk`` lines then ``data: [DONE]``;
 ``/v1/embeddings`` answers deterministic unit vectors. Each request takes the next scripted
-``Behaviour`` (or the default): paced tokens, a stall, a 5xx, a 429 with ``Retry-After``, or a dropped
-connection mid-stream. The server records every request and every stream the client closed early.
+``Behaviour`` (or the default): paced tokens, a stall, a 5xx, a 429 with ``Retry-After``, a dropped
+connection mid-stream, or exact deltas (lone surrogates, a UTF-16 pair split across two chunks, NUL). The
+server records every request and every stream the client closed early.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Behaviour:
     retry_after: str | None = None
     drop_after_tokens: int | None = None  # close the connection abruptly after this many chunks
     finish_reason: str = "stop"
+    pieces: tuple[str, ...] | None = None  # the content deltas exactly as sent (default: ``text`` split in words)
 
 
 def ok(text: str = DEFAULT_ANSWER, *, token_delay_s: float = 0.0) -> Behaviour:
@@ -93,7 +95,7 @@ class FakeOpenAI:
         self.streams_started += 1
         finished = False
         created = int(time.time())
-        pieces = tokens_of(behaviour.text)
+        pieces = list(behaviour.pieces) if behaviour.pieces is not None else tokens_of(behaviour.text)
         try:
             for i, piece in enumerate(pieces):
                 if behaviour.drop_after_tokens is not None and i == behaviour.drop_after_tokens:

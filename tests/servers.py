@@ -20,6 +20,8 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
+from server.web.sockets import SocketGuard
+
 
 class _Server(uvicorn.Server):
     def install_signal_handlers(self) -> None:  # the test runner owns the signals
@@ -27,9 +29,10 @@ class _Server(uvicorn.Server):
 
 
 @asynccontextmanager
-async def serving(app: ASGIApp, port: int = 0) -> AsyncIterator[str]:
+async def serving(app: ASGIApp, port: int = 0, *, guard: SocketGuard | None = None) -> AsyncIterator[str]:
     """Serve ``app`` until the block ends (on ``port``, or any free one); yields its base URL."""
-    # proxy_headers=False as in `serve`: client addresses come from TRUSTED_PROXIES, not from uvicorn.
+    # proxy_headers=False as in `serve`: client addresses come from TRUSTED_PROXIES, not from uvicorn; and
+    # `serve`'s socket deadlines (web/sockets.py), its defaults unless ``guard`` says otherwise.
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -38,6 +41,7 @@ async def serving(app: ASGIApp, port: int = 0) -> AsyncIterator[str]:
         lifespan="on",
         timeout_graceful_shutdown=2,
         proxy_headers=False,
+        http=(guard or SocketGuard()).protocol(),
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve())

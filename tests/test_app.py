@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.requests import Request
 from starlette.responses import Response
 
 from server import __version__
 from server.core.settings import Settings
+from server.store import migrate
 from server.web.app import create_app
-from tests.conftest import CLOSED_PORT_PG_URL, TEST_REDIS_URL, copy_index
+from tests.conftest import CLOSED_PORT_PG_URL, TEST_REDIS_URL, copy_index, create_database, demo_env, drop_database
 from tests.servers import serving
+from tests.sse_client import of_type, read_all
 
 
 def _assert_json_error(response: httpx.Response, status: int, code: str | None = None) -> None:
@@ -172,6 +178,43 @@ async def test_health_is_degraded_but_200_and_fast_when_dependencies_are_down(tm
     assert elapsed < 1.0
 
 
+@pytest.fixture
+def unmigrated_db() -> Iterator[str]:
+    url = create_database("textbook_unmigrated")
+    yield url
+    drop_database(url)
+
+
+async def test_an_unmigrated_database_is_degraded_health_and_questions_are_answered_without_history(
+    unmigrated_db: str, demo_index_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = {**demo_env(demo_index_dir, tmp_path, unmigrated_db, None), "SHUTDOWN_GRACE_S": "1"}
+    with caplog.at_level(logging.WARNING):
+        async with serving(create_app(Settings.from_env(env))) as base_url:
+            async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+                health = (await client.get("/health")).json()
+                stream = await read_all(client, "POST", "/api/chat", json={"question": "What is a humanoid robot?"})
+                posted = await client.post("/api/chat/messages", json={"question": "What is a humanoid robot?"})
+                migrate.upgrade(unmigrated_db)  # the operator runs `migrate`: health is ok again
+                after = (await client.get("/health")).json()
+                for _ in range(100):  # and the answers that waited are written (the writer backs off up to 5 s)
+                    if _count_messages(unmigrated_db) == 4:
+                        break
+                    await asyncio.sleep(0.1)
+    assert health["status"] == "degraded" and health["services"]["postgres"] == "migrations_pending"
+    assert after["services"]["postgres"] == "ok"
+    assert stream[-1].event == "done" and "history_unavailable" in [e["code"] for e in of_type(stream, "notice")]
+    assert posted.status_code == 202
+    assert _count_messages(unmigrated_db) == 4  # two questions, two answers
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def _count_messages(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM chat_messages").fetchone()
+    return int(row[0]) if row else 0
+
+
 async def test_the_served_app_warms_retrieval_and_freezes_its_start_up_heap(
     demo_index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -187,3 +230,40 @@ async def test_the_served_app_warms_retrieval_and_freezes_its_start_up_heap(
             assert any(r.getMessage().startswith("retrieval warmed in") for r in caplog.records)
     finally:
         gc.unfreeze()
+
+
+async def _cut_off(base_url: str, path: str, body: bytes = b"{") -> None:
+    """A request whose body stops short of its Content-Length, then the socket closes."""
+    host, port = httpx.URL(base_url).host, httpx.URL(base_url).port
+    reader, writer = await asyncio.open_connection(host, port)
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    writer.write(head.encode() + body)
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.close()
+    await writer.wait_closed()
+
+
+def _requests_by_status(metrics_text: str, route: str) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "textbook_http_requests_total" and sample.labels["route"] == route:
+                counts[sample.labels["status"]] = counts.get(sample.labels["status"], 0) + sample.value
+    return counts
+
+
+async def test_a_body_cut_off_mid_way_is_no_server_error_in_the_metrics_or_the_log(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = _requests_by_status((await client.get("/metrics")).text, "/api/chat")
+    with caplog.at_level(logging.INFO):
+        await asyncio.gather(*[_cut_off(str(client.base_url), "/api/chat") for _ in range(20)])
+        for _ in range(100):
+            after = _requests_by_status((await client.get("/metrics")).text, "/api/chat")
+            if sum(after.values()) - sum(before.values()) >= 20:
+                break
+            await asyncio.sleep(0.05)
+    assert after.get("499", 0) - before.get("499", 0) == 20
+    assert {s for s in after if s.startswith("5") and after[s] != before.get(s, 0)} == set()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []

@@ -68,6 +68,40 @@ async def test_a_bad_token_is_a_401_never_an_anonymous_downgrade(header: str, co
     assert refused.value.status == 401 and refused.value.code == code
 
 
+def _signed(**claims: Any) -> str:
+    return "Bearer " + jwt.encode({**_claims(), **claims}, SECRET, algorithm="HS256")
+
+
+async def test_a_token_expiring_further_ahead_than_the_maximum_lifetime_is_refused() -> None:
+    default = Authenticator(Settings.from_env({"AUTH_JWT_SECRET": SECRET}))
+    year_30000 = 885_000_000_000  # seconds since 1970: the attack run's token
+    for header in (_signed(exp=year_30000), _signed(exp=int(time.time()) + 31 * 86400)):
+        with pytest.raises(Unauthorized) as refused:
+            await default.user_id(header)
+        assert refused.value.code == "invalid_token"
+    assert await default.user_id(f"Bearer {_hs256(expires_in=29 * 86400)}") == "alice"
+    one_day = Authenticator(Settings.from_env({"AUTH_JWT_SECRET": SECRET, "AUTH_JWT_MAX_LIFETIME_DAYS": "1"}))
+    with pytest.raises(Unauthorized):
+        await one_day.user_id(f"Bearer {_hs256(expires_in=2 * 86400)}")
+
+
+async def test_with_an_issuer_and_audience_set_only_tokens_naming_them_are_accepted() -> None:
+    env = {"AUTH_JWT_SECRET": SECRET, "AUTH_JWT_ISSUER": "https://auth.example", "AUTH_JWT_AUDIENCE": "textbook"}
+    auth = Authenticator(Settings.from_env(env))
+    assert await auth.user_id(_signed(iss="https://auth.example", aud="textbook")) == "alice"
+    assert await auth.user_id(_signed(iss="https://auth.example", aud=["other", "textbook"])) == "alice"
+    for claims in ({"iss": "https://evil.example", "aud": "textbook"}, {"aud": "textbook"}, {"iss": "https://auth.example"},
+                   {"iss": "https://auth.example", "aud": "another-app"}):  # fmt: skip
+        with pytest.raises(Unauthorized) as refused:
+            await auth.user_id(_signed(**claims))
+        assert refused.value.code == "invalid_token", claims
+    # Without them set, any issuer is accepted (as before), and a token naming an audience is not.
+    plain = Authenticator(Settings.from_env({"AUTH_JWT_SECRET": SECRET}))
+    assert await plain.user_id(_signed(iss="https://anyone.example")) == "alice"
+    with pytest.raises(Unauthorized):
+        await plain.user_id(_signed(aud="textbook"))
+
+
 async def test_a_token_sent_to_a_server_without_sign_in_is_refused_not_ignored() -> None:
     with pytest.raises(Unauthorized) as refused:
         await Authenticator(Settings.from_env({})).user_id(f"Bearer {_hs256()}")

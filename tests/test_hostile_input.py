@@ -129,3 +129,18 @@ async def test_a_nul_in_a_validly_signed_jwt_subject_is_a_401(client: httpx.Asyn
 async def test_an_unknown_session_with_odd_ids_is_still_a_clean_404(client: httpx.AsyncClient) -> None:
     odd = str(uuid.uuid4()).replace("-", "")
     _refused(await client.get(f"/api/sessions/{odd}/messages", headers={"X-Session-Token": "t" * 40}), 404)
+
+
+async def test_a_module_the_index_does_not_have_is_a_400_listing_the_valid_ids(
+    client: httpx.AsyncClient, clean_db: str
+) -> None:
+    valid = [m["id"] for m in (await client.get("/api/modules")).json()["modules"]]
+    assert valid
+    for path in ("/api/chat", "/api/chat/messages"):
+        response = await client.post(path, json={"question": "What is ZMP?", "module": "no-such-module\x1b[2J"})
+        _refused(response)
+        error = response.json()["error"]
+        assert error["code"] == "unknown_module" and all(module in error["message"] for module in valid)
+    assert _rows(clean_db) == (0, 0)
+    known = await client.post("/api/chat/messages", json={"question": "What is ZMP?", "module": valid[0]})
+    assert known.status_code == 202

@@ -9,7 +9,7 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +259,25 @@ async def test_the_report_routes_answer_only_the_admin_token(admin: httpx.AsyncC
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "validation_error"
 
 
+async def test_the_report_page_allows_no_script_no_framing_and_no_sniffing(admin: httpx.AsyncClient) -> None:
+    page = await admin.get("/admin/report", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert page.status_code == 200
+    policy = {d.split()[0]: d.split()[1:] for d in page.headers["content-security-policy"].split("; ")}
+    assert policy["default-src"] == ["'none'"] and policy["style-src"] == ["'unsafe-inline'"]
+    assert policy["frame-ancestors"] == ["'none'"] and "script-src" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff" and page.headers["x-frame-options"] == "DENY"
+
+
+async def test_a_trailing_slash_redirects_relatively_whatever_the_host_header_says(admin: httpx.AsyncClient) -> None:
+    forged = {"Host": "evil.example", "Authorization": f"Bearer {ADMIN_TOKEN}"}
+    slash = await admin.get("/admin/report/?since=7d", headers=forged)
+    assert slash.status_code == 307 and slash.headers["location"] == "/admin/report?since=7d"
+    health = await admin.get("/health/", headers={"Host": "evil.example"})
+    assert health.status_code == 307 and health.headers["location"] == "/health"
+    missing = await admin.get("/no-such-page/", headers={"Host": "evil.example"})
+    assert missing.status_code == 404 and "location" not in missing.headers
+
+
 async def test_without_an_admin_token_the_report_routes_do_not_exist(chat_server: Chat) -> None:
     async with chat_server() as (client, _):
         for path in ("/api/admin/report", "/admin/report"):
@@ -301,3 +320,38 @@ def test_the_report_command_refuses_a_bad_period_in_one_line(clean_db: str) -> N
     )  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--since" in result.stderr
+
+
+def test_the_report_command_shows_readers_terminal_escapes_without_obeying_them(clean_db: str, tmp_path: Path) -> None:
+    hostile = [
+        "How do I fix a mortgage rate?\x1b]0;PWNED\x07\x1b[2J",
+        "Should I remortgage? \u202eetavirp si siht",
+        "What deposit do I need\x9b31m for a mortgage?\r\noverwritten line",
+    ]
+    _seed(clean_db, [Asked(q, model="decline", confidence=0.1) for q in hostile + MONEY])
+    env = {"DATABASE_URL": clean_db, "DATA_DIR": str(tmp_path / "empty"), "PATH": "/usr/bin:/bin"}
+
+    result = subprocess.run(
+        [sys.executable, "-m", "server", "report", "--since", "30d"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    unsafe = {chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)] if chr(c) != "\n"} | {"\u202e", "\u2028"}
+    assert not unsafe & set(result.stdout), [c for c in result.stdout if c in unsafe]
+    escaped = ("\\x1b]0;PWNED\\x07\\x1b[2J", "\\u202eetavirp", "\\x9b31m for a mortgage?\\x0d\\x0aoverwritten")
+    assert any(form in result.stdout for form in escaped)  # shown, as visible escapes
+
+
+def test_the_terminal_table_escapes_every_control_character_and_bidi_mark() -> None:
+    topic = report.Topic(
+        label="mortgage\x1b[2J", questions=1, declined=1, low=0, rated_down=0,
+        examples=["a\u202eb", "c\x07d\ne"], sections=[], trend=[1],
+    )  # fmt: skip
+    fake = report.Report(
+        generated_at=datetime.now(UTC), since=date(2026, 1, 1), until=date(2026, 1, 31), questions=1, gaps=1,
+        selection=0, per_day=[], modules=[], levels={"declined": 1}, cited=[], topics=[topic],
+    )  # fmt: skip
+    rendered = report_views.text(fake)
+    assert "mortgage\\x1b[2J" in rendered and "a\\u202eb" in rendered and "c\\x07d\\x0ae" in rendered
+    assert "\x1b" not in rendered and "\u202e" not in rendered and "\x07" not in rendered

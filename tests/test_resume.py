@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from server.core.settings import Settings
+from server.streams.capabilities import Capabilities
 from server.web.app import create_app
 from tests.conftest import TEST_REDIS_URL, copy_index
 from tests.fake_openai import FakeOpenAI, ok
@@ -234,6 +235,37 @@ async def test_delete_stops_the_generation_within_a_second(server: Server, clean
     content, status = stored_answer(clean_db, created["message_id"])
     assert status == "interrupted" and content == answer_text(first + rest) and content != LONG_ANSWER
     assert again.status_code == 202 and again.json()["status"] == "finished"
+
+
+def _orphan(database_url: str, session_id: str) -> uuid.UUID:
+    """An answer as a worker killed mid-answer leaves it: ``streaming`` in Postgres, ten minutes old, live nowhere."""
+    answer = uuid.uuid4()
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO chat_messages (id, session_id, role, content, status, created_at) VALUES "
+            "(%s, %s, 'user', 'A question', 'complete', now() - interval '10 minutes'), "
+            "(%s, %s, 'assistant', '', 'streaming', now() - interval '10 minutes')",
+            (uuid.uuid4(), session_id, answer, session_id),
+        )
+    return answer
+
+
+async def test_an_answer_left_streaming_by_a_dead_worker_ends_interrupted_not_streaming_for_good(
+    server: Server, clean_db: str
+) -> None:
+    async with server() as (client, _):
+        created = await post_message(client)
+        await read_all(client, "GET", created["stream_url"])
+        in_history, streamed = _orphan(clean_db, created["session_id"]), _orphan(clean_db, created["session_id"])
+        capabilities = Capabilities(KEY.encode(), ttl_s=Settings().stream_ttl_s)
+        replayed = await read_all(client, "GET", capabilities.stream_url(str(streamed)))
+        history = await client.get(
+            f"/api/sessions/{created['session_id']}/messages", headers={"X-Session-Token": created["session_token"]}
+        )
+    (row,) = [m for m in history.json()["messages"] if m["id"] == str(in_history)]
+    assert (row["status"], row["stream_url"]) == ("interrupted", None)  # the panel has nothing to retry
+    assert of_type(replayed, "done")[0]["finish_reason"] == "cancelled" and replayed[-1].event == "done"
+    assert stored_answer(clean_db, str(in_history))[1] == stored_answer(clean_db, str(streamed))[1] == "interrupted"
 
 
 # -- two processes -----------------------------------------------------------------------------------

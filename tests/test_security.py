@@ -243,6 +243,15 @@ async def test_a_forged_x_forwarded_for_mints_no_new_budget(app_server: App) -> 
         ("10.0.0.5", "2001:db8:1:2:aaaa:bbbb:cccc:dddd", ["10.0.0.0/8"], "2001:db8:1:2::/64"),
         ("::ffff:203.0.113.9", None, [], "203.0.113.9"),
         ("10.0.0.5", "::ffff:203.0.113.9", ["10.0.0.0/8"], "203.0.113.9"),
+        # A proxy that appends the port (issue 25): the port is dropped, so each port mints no budget of its own.
+        ("10.0.0.5", "9.9.9.9:80", ["10.0.0.0/8"], "9.9.9.9"),
+        ("10.0.0.5", "9.9.9.9:61234, 10.0.0.7:443", ["10.0.0.0/8"], "9.9.9.9"),
+        ("10.0.0.5", "[2001:db8:1:2::1]:443", ["10.0.0.0/8"], "2001:db8:1:2::/64"),
+        ("10.0.0.5", "[2001:db8:1:2::1]", ["10.0.0.0/8"], "2001:db8:1:2::/64"),
+        ("10.0.0.5", "9.9.9.9:", ["10.0.0.0/8"], "10.0.0.5"),
+        ("10.0.0.5", "9.9.9.9:８０", ["10.0.0.0/8"], "10.0.0.5"),  # full-width digits are no port
+        ("10.0.0.5", "[9.9.9.9]:80", ["10.0.0.0/8"], "10.0.0.5"),
+        ("10.0.0.5", "[2001:db8::1]x", ["10.0.0.0/8"], "10.0.0.5"),
     ],
 )
 def test_the_client_address_believes_forwarded_for_only_through_trusted_proxies(
@@ -391,6 +400,20 @@ async def test_a_clients_own_forwarded_line_before_the_proxys_buys_no_budget(app
             response = await client.post("/api/chat/messages", json={"question": QUESTION}, headers=headers)
             codes.append(response.status_code)
     assert codes == [202, 202, 202, 429, 429]
+
+
+async def test_behind_a_proxy_that_appends_the_port_each_client_has_its_own_budget_whatever_its_port(
+    app_server: App,
+) -> None:
+    async with app_server(TRUSTED_PROXIES="127.0.0.1/32", RATE_LIMIT_ANON="2/minute") as client:
+
+        async def from_(forwarded: str) -> int:
+            headers = {"X-Forwarded-For": forwarded}
+            return (await client.post("/api/chat/messages", json={"question": QUESTION}, headers=headers)).status_code
+
+        first = [await from_(f"9.9.9.9:{port}") for port in (80, 81, 82)]
+        other = [await from_("9.9.9.10:80")]
+    assert first == [202, 202, 429] and other == [202]
 
 
 async def test_an_ipv6_client_is_limited_per_64_and_a_mapped_ipv4_is_the_ipv4(app_server: App) -> None:

@@ -203,21 +203,37 @@ async def test_a_missed_question_unwritten_at_shutdown_is_spilled_with_its_answe
         )
 
 
-async def test_an_answer_postgres_refuses_is_set_aside_and_the_rest_of_its_batch_is_written(
+async def test_text_postgres_cannot_hold_is_stored_with_replacement_characters(
+    store: Store, clean_db: str, tmp_path: Path
+) -> None:
+    ids = await _exchanges(store, 2)
+    writer = AnswerWriter(store, tmp_path / "spill")
+    await writer.start()
+    hostile = Completion(content="a NUL \x00 and a lone \ud800 [1]", status="complete", model="m\udfff")
+    await asyncio.wait_for(asyncio.gather(writer.submit(ids[0], hostile), writer.submit(ids[1], _answer(1))), 10)
+    await writer.close(drain_s=1)
+    assert _stored(clean_db, ids) == [
+        ("a NUL \ufffd and a lone \ufffd [1]", "complete", 0),
+        ("answer 1 [1]", "complete", 1),
+    ]
+    assert not (tmp_path / "spill").exists()
+
+
+async def test_an_answer_postgres_refuses_is_set_aside_ended_as_failed_and_the_rest_of_its_batch_is_written(
     store: Store, clean_db: str, tmp_path: Path
 ) -> None:
     ids = await _exchanges(store, 4)
     spill = tmp_path / "spill"
     writer = AnswerWriter(store, spill)
     await writer.start()
-    bad = Completion(content="a NUL \x00 Postgres text cannot hold", status="complete")
+    bad = Completion(content="a count no integer column holds", status="complete", prompt_tokens=2**40)
     batch = [writer.submit(ids[0], _answer(0)), writer.submit(ids[1], bad), writer.submit(ids[2], _answer(2))]
     await asyncio.wait_for(asyncio.gather(*batch), timeout=10)
     await asyncio.wait_for(writer.submit(ids[3], _answer(3)), timeout=10)  # the writer goes on
     await writer.close(drain_s=1)
     assert _stored(clean_db, ids) == [
         ("answer 0 [1]", "complete", 1),
-        ("", "streaming", 0),
+        ("", "failed", 0),  # never left `streaming`: its history would offer a stream nobody serves
         ("answer 2 [1]", "complete", 1),
         ("answer 3 [1]", "complete", 1),
     ]

@@ -124,12 +124,19 @@ export function inline(text: string, byN: Map<number, CitationTarget>): ReactNod
     if (ticks) out.push(<code key={key++}>{code.trim() ? code.replace(/^ (.*) $/, "$1") : code}</code>);
     else if (linkText !== undefined) {
       out.push(
-        safeHref(href) ? (
+        !safeHref(href) ? (
+          linkText
+        ) : externalHref(href) ? (
+          // Off the site: a new tab, shown as such, never the page the panel sits in (issue 25).
+          <a key={key++} href={href} className="tc-external" target="_blank" rel="noopener noreferrer nofollow">
+            {inline(linkText, byN)}
+            <span aria-hidden="true"> ↗</span>
+            <span className="tc-visually-hidden"> (opens another site)</span>
+          </a>
+        ) : (
           <a key={key++} href={href} target="_top">
             {inline(linkText, byN)}
           </a>
-        ) : (
-          linkText
         ),
       );
     } else if (numbers !== undefined) {
@@ -154,4 +161,10 @@ function citationLink(target: CitationTarget, key: number): ReactNode {
 /** Only web and page-relative links: never `javascript:` or `data:` from model output. */
 export function safeHref(href: string): boolean {
   return /^(https?:\/\/|\/|#)/i.test(href);
+}
+
+/** A link that leaves this site: an absolute URL, or a protocol-relative one (`//host/x`; browsers read `/\host`
+ * the same way), which starts with a slash like a path on this site but is not one. */
+export function externalHref(href: string): boolean {
+  return /^(https?:)?[\/\\]{2}/i.test(href);
 }

@@ -1,7 +1,7 @@
 import { renderToStaticMarkup } from "react-dom/server";
 import { describe, expect, it } from "vitest";
 import { prismLanguage } from "../src/CodeBlock";
-import { Markdown, parseBlocks, safeHref } from "../src/markdown";
+import { externalHref, Markdown, parseBlocks, safeHref } from "../src/markdown";
 
 const cites = [
   { n: 1, url: "/docs/ros2/nodes#qos", title: "ROS 2 › Nodes" },
@@ -52,6 +52,18 @@ describe("Markdown", () => {
 
   it("escapes HTML from the model instead of rendering it", () => {
     expect(html('<img src=x onerror="alert(1)">')).toBe("<p>&lt;img src=x onerror=&quot;alert(1)&quot;&gt;</p>");
+  });
+
+  it("shows a link off the site, protocol-relative ones included, as external, opened in a new tab", () => {
+    for (const href of ["//evil.example/x", "/\\evil.example/x", "https://evil.example/x", "HTTP://evil.example"]) {
+      const out = html(`[x](${href})`);
+      expect(out).toContain('class="tc-external" target="_blank" rel="noopener noreferrer nofollow"');
+      expect(out).not.toContain('target="_top"');
+    }
+    for (const href of ["/docs/ros2/nodes", "#qos", "/docs/x?y=1"]) {
+      expect(externalHref(href)).toBe(false);
+      expect(html(`[x](${href})`)).toContain('target="_top"');
+    }
   });
 
   it("keeps javascript: links as plain text", () => {

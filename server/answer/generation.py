@@ -30,6 +30,7 @@ from server.answer.generator import (
 from server.answer.offline import ExtractiveGenerator, offline_generator
 from server.answer.prompts import PromptSource, Turn
 from server.core.crossencoder import CrossEncoder
+from server.core.text import ModelText
 from server.core.tokens import TokenCounter, counter_for_model
 
 if TYPE_CHECKING:
@@ -209,19 +210,28 @@ class OpenAIGenerator:
                 raise _Retryable(f"{type(exc).__name__}", math.inf) from exc
             finish: FinishReason = "stop"
             usage: Usage | None = None
+            text = ModelText()  # what the model sends is untrusted input too (core/text.py, issue 25)
             try:
                 async for chunk in _chunks(response.iter_bytes()):
                     if chunk.get("error"):
                         raise _Retryable("stream broke: error event", 0.2)
                     if chunk.get("usage"):
-                        usage = Usage(chunk["usage"]["prompt_tokens"], chunk["usage"]["completion_tokens"])
+                        usage = _usage(chunk["usage"]) or usage
                     for choice in chunk.get("choices") or ():
                         content = (choice.get("delta") or {}).get("content")
                         if content:
-                            emitted.append(content)
-                            yield Token(content)
+                            if not isinstance(content, str):
+                                raise TypeError(f"content is {type(content).__name__}")
+                            piece = text.feed(content)
+                            if piece:
+                                emitted.append(piece)
+                                yield Token(piece)
                         if choice.get("finish_reason") == "length":
                             finish = "length"
+                rest = text.end()
+                if rest:
+                    emitted.append(rest)
+                    yield Token(rest)
             except _Retryable:
                 raise
             except (openai.APIError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -280,6 +290,16 @@ async def _chunks(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
                     finished = True
                     break
                 yield json.loads(payload)
+
+
+def _usage(value: Any) -> Usage | None:
+    """The usage a chunk reports, if it is two counts; anything else is ignored (then it is counted here)."""
+    if not isinstance(value, dict):
+        return None
+    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
+    if type(prompt) is not int or type(completion) is not int or not (0 <= prompt < 2**31 and 0 <= completion < 2**31):
+        return None
+    return Usage(prompt, completion)
 
 
 def _retry_after(header: str | None) -> float:

@@ -20,7 +20,7 @@ from server.answer.prompts import HISTORY_BUDGET_TOKENS
 from server.chat.run import discard, retrieve, run
 from server.chat.service import ChatService, Session, Started
 from server.core import metrics
-from server.core.errors import Conflict, DatabaseUnavailable, NotFound, RateLimited
+from server.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
 from server.core.schemas import ChatRequest
 from server.search.retrieval import CONTEXT_BUDGET_TOKENS
 from server.store.rows import Exchange, LateQuestion, hash_token
@@ -47,6 +47,8 @@ async def start(
     the same question from the same client; anyone else gets 409. The session token is sent once, in the
     response that created the session, and never again (replays and repeats omit it).
     """
+    if request.module is not None:
+        await _check_module(chat, request.module)
     repeated = await _repeated_request(chat, request, user_id=user_id, caller=caller)
     if repeated is not None:  # a double click or a retry: attach, and create no second session
         return Started(
@@ -92,6 +94,17 @@ async def start(
         name=f"chat-{message_id}",
     )
     return Started(message_id, session.id, session.token, stream_url, created=True)
+
+
+async def _check_module(chat: ChatService, module: str) -> None:
+    """A module the index does not have is a 400 naming the ones it has (not a row of its own in the report);
+    when the index cannot say which it has, the question goes on and retrieval widens as it would."""
+    known = await chat.retriever.module_ids() if chat.retriever is not None else []
+    if known and module not in known:
+        shown = module if len(module) <= 60 else module[:57] + "..."
+        raise BadRequest(
+            f"The book has no module {shown!r}. Valid module ids: {', '.join(known)}.", code="unknown_module"
+        )
 
 
 def _late(

@@ -6,16 +6,21 @@ reading one back, for ``POST /api/chat``'s own response, a reconnect, and the 20
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from server.chat.service import ChatService
+from server.core.errors import DatabaseUnavailable
 from server.store.rows import MessageRow
 from server.streams import replay
 from server.streams.events import Event
 from server.streams.relay import STALL_LIMIT_S
+
+log = logging.getLogger(__name__)
 
 
 async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> AsyncIterator[Event] | None:
@@ -50,7 +55,34 @@ async def _stored_events(chat: ChatService, message_id: uuid.UUID) -> list[Event
         return None
     if chat.registry.relay is not None and _may_be_starting(message):
         return "starting"
+    message = await _settle_orphan(chat, message, live=False)
     return replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))
+
+
+async def settled(chat: ChatService, messages: list[MessageRow]) -> list[MessageRow]:
+    """History as it stands: an answer left ``streaming`` by a worker that died is ended as ``interrupted``
+    (stored so), so its history offers no stream that nobody will ever serve (issue 25)."""
+    result = []
+    for message in messages:
+        if message.role == "assistant" and message.status == "streaming" and not _may_be_starting(message):
+            live = await chat.registry.last_event(str(message.id)) is not None
+            message = await _settle_orphan(chat, message, live=live)
+        result.append(message)
+    return result
+
+
+async def _settle_orphan(chat: ChatService, message: MessageRow, *, live: bool) -> MessageRow:
+    """``message`` ended as ``interrupted`` when it is ``streaming`` but no worker has it (``live``) any more."""
+    if live or message.status != "streaming" or chat.store is None:
+        return message
+    if chat.registry.relay is not None and _may_be_starting(message):
+        return message
+    try:
+        await chat.store.interrupt_message(message.id)
+    except DatabaseUnavailable:
+        return message  # replayed as lost this time; settled on a later read
+    log.info("an answer left streaming by a process that is gone is ended as interrupted: %s", message.id)
+    return replace(message, status="interrupted")
 
 
 def _may_be_starting(message: MessageRow) -> bool:

@@ -98,10 +98,18 @@ async def run(
         discard(retrieving)
         discard(history)
         metrics.GENERATIONS.dec()
-        _record(stream, state, started)
+        try:
+            _record(stream, state, started)
+        except Exception:  # counting must never keep an answer from being stored
+            log.exception("answer metrics not recorded")
         try:
             if stored and chat.writer is not None:
                 await _persist(chat.writer, uuid.UUID(stream.message_id), late, stream, state, started)
+        except Exception:
+            # Whatever went wrong, the answer is still queued, as failed: it must never stay `streaming`.
+            log.exception("answer could not be prepared for writing; stored as failed")
+            assert chat.writer is not None
+            chat.writer.submit(uuid.UUID(stream.message_id), Completion(content=stream.text(), status="failed"), late)
         finally:
             stream.release()  # the terminal event, held until the answer was stored (streaming.py)
         if on_finish is not None:

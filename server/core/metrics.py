@@ -70,6 +70,16 @@ RATE_LIMITED = Counter(
 INTERRUPTED = Counter(
     "textbook_generations_interrupted", "Generations stopped before the end (client, abandoned, shutdown)", ["reason"]
 )
+RELAY_DROPPED = Counter(
+    "textbook_relay_events_dropped",
+    "Stream events not mirrored to Redis (queue_full, redis_error, bad_event): resume elsewhere falls back",
+    ["reason"],
+)
+SOCKETS_CLOSED = Counter(
+    "textbook_http_sockets_closed",
+    "Connections closed before their request was whole (header_timeout, body_timeout, pending_cap, too_large)",
+    ["reason"],
+)
 PURGE_RUNS = Counter("textbook_purge_runs", "Runs of `python -m server purge` (counted here with a shared metrics dir)")
 PURGED_SESSIONS = Counter("textbook_purged_sessions", "Sessions deleted by purge")
 
@@ -77,6 +87,10 @@ for _kind in FALLBACK_NOTICES.values():
     FALLBACKS.labels(_kind)
 for _kind in TOKEN_KINDS:
     TOKENS.labels(_kind)
+for _kind in ("queue_full", "redis_error", "bad_event"):
+    RELAY_DROPPED.labels(_kind)
+for _kind in ("header_timeout", "body_timeout", "pending_cap", "too_large"):
+    SOCKETS_CLOSED.labels(_kind)
 
 
 def route_template(scope: Scope) -> str:

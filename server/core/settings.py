@@ -74,6 +74,9 @@ class Settings:
     rate_limit_read: str = "120/minute"
     auth_jwt_secret: Secret | None = None
     auth_jwks_url: str | None = None
+    auth_jwt_issuer: str | None = None  # AUTH_JWT_ISSUER: when set, a token's `iss` must be exactly this
+    auth_jwt_audience: str | None = None  # AUTH_JWT_AUDIENCE: when set, a token's `aud` must name this
+    auth_jwt_max_lifetime_days: float = 30.0  # AUTH_JWT_MAX_LIFETIME_DAYS: refuse tokens expiring further ahead
     admin_token: Secret | None = None  # ADMIN_TOKEN: opens GET /api/admin/report and /admin/report; unset = 404
     session_retention_days: int = 30
     faq_path: Path = Path("faq/faq.json")
@@ -95,6 +98,10 @@ class Settings:
     log_level: str = "info"
     log_format: LogFormat = "json"
     shutdown_grace_s: float = 20.0
+    http_header_timeout_s: float = 15.0  # HTTP_HEADER_TIMEOUT_S: a request's headers must be whole within this
+    http_body_timeout_s: float = 30.0  # HTTP_BODY_TIMEOUT_S: and its body within this after the headers
+    http_max_pending_per_client: int = 1000  # HTTP_MAX_PENDING_PER_CLIENT: connections of one peer address whose
+    # request is not whole yet (0: no cap); open streams do not count, so 5,000 streams from one proxy still fit
     metrics_dir: Path | None = None  # PROMETHEUS_MULTIPROC_DIR: every process of one server writes its metrics here
 
     @property
@@ -131,6 +138,11 @@ class Settings:
             rate_limit_read=r.rate("RATE_LIMIT_READ", cls.rate_limit_read),
             auth_jwt_secret=r.secret("AUTH_JWT_SECRET"),
             auth_jwks_url=r.url("AUTH_JWKS_URL", schemes=("http", "https")),
+            auth_jwt_issuer=r.optional_text("AUTH_JWT_ISSUER"),
+            auth_jwt_audience=r.optional_text("AUTH_JWT_AUDIENCE"),
+            auth_jwt_max_lifetime_days=r.number(
+                "AUTH_JWT_MAX_LIFETIME_DAYS", float, cls.auth_jwt_max_lifetime_days, minimum=0.001
+            ),
             admin_token=r.secret("ADMIN_TOKEN"),
             session_retention_days=r.number("SESSION_RETENTION_DAYS", int, cls.session_retention_days, minimum=1),
             faq_path=r.path("FAQ_PATH", files.faq),
@@ -152,6 +164,11 @@ class Settings:
             log_level=r.choice("LOG_LEVEL", _LOG_LEVELS, cls.log_level, lower=True),
             log_format=r.choice("LOG_FORMAT", ("json", "text"), cls.log_format, lower=True),  # type: ignore[arg-type]
             shutdown_grace_s=r.number("SHUTDOWN_GRACE_S", float, cls.shutdown_grace_s, minimum=0),
+            http_header_timeout_s=r.number("HTTP_HEADER_TIMEOUT_S", float, cls.http_header_timeout_s, minimum=0.001),
+            http_body_timeout_s=r.number("HTTP_BODY_TIMEOUT_S", float, cls.http_body_timeout_s, minimum=0.001),
+            http_max_pending_per_client=r.number(
+                "HTTP_MAX_PENDING_PER_CLIENT", int, cls.http_max_pending_per_client, minimum=0
+            ),
             metrics_dir=r.optional_path("PROMETHEUS_MULTIPROC_DIR"),
         )
         if settings.admin_token is not None and len(settings.admin_token.reveal()) < 16:
@@ -185,6 +202,9 @@ class _Reader:
 
     def text(self, key: str, default: str) -> str:
         return self._raw(key) or default
+
+    def optional_text(self, key: str) -> str | None:
+        return self._raw(key)
 
     def secret(self, key: str) -> Secret | None:
         value = self._raw(key)

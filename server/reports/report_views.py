@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from server.core.text import for_terminal
 from server.reports.report import Report, Topic
 
 _LEVEL_NAMES = {
@@ -62,7 +63,8 @@ def text(report: Report) -> str:
     lines += [f"  {n:>5}  {title} ({module or '-'})" for title, _url, module, n in report.cited] or ["  (none)"]
     lines += ["", f"Questions per day: {_spark([q for _, q, _ in report.per_day])}"]
     lines += [f"note: {note}" for note in report.notes]
-    return "\n".join(lines)
+    # Readers wrote the questions shown here: none of their characters may drive the operator's terminal.
+    return "\n".join(for_terminal(line) for line in lines)
 
 
 def _spark(values: Sequence[int]) -> str:

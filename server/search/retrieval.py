@@ -263,6 +263,13 @@ class Retriever:
             notices.append(Notice("scope_limited", note))
         return self._finish(ranked, scope, query, unknown, notices)
 
+    async def module_ids(self) -> list[str]:
+        """The ids of the modules in the index, in book order; empty when it cannot say (no index, or it is down)."""
+        try:
+            return [m.id for m in await self.index.modules()] if await self.index.exists() else []
+        except RetrievalUnavailable:
+            return []
+
     async def _module_title(self, module: str) -> str:
         try:
             titles = {m.id: m.title for m in await self.index.modules()}

@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from server.core.errors import DatabaseUnavailable
+from server.store import migrate
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class Database:
         self._down_until = 0.0
         self._working = False  # a query succeeded since start-up or the last failure
         self._failures = 0  # failed blocks since the last one that worked
+        self.migrations_pending = False  # a query found the schema missing; /health re-checks (schema_pending)
 
     async def open(self) -> None:
         await self._pool.open(wait=False)
@@ -81,6 +83,18 @@ class Database:
         self._down_until = 0.0
         self._working = True
         return True
+
+    async def schema_pending(self, timeout_s: float | None = None) -> bool:
+        """Whether the database still needs ``python -m server migrate`` (its ``alembic_version`` is behind)."""
+        limit = timeout_s or self._timeout_s
+        async with asyncio.timeout(limit), self._pool.connection(timeout=limit) as conn:
+            try:
+                cur = await conn.execute("SELECT version_num FROM alembic_version")
+                applied = {str(row[0]) for row in await cur.fetchall()}
+            except psycopg.errors.UndefinedTable:
+                applied = set()
+        self.migrations_pending = migrate.pending(applied)
+        return self.migrations_pending
 
     @asynccontextmanager
     async def connection(self, *, timeout_s: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -117,6 +131,13 @@ class Database:
                 log.warning("database busy: no free connection within the queue timeout")
                 raise DatabaseUnavailable("Chat history is busy right now.") from exc
             self._trip(exc)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+            # Migrations were never run (or not all): like a database that is away, history is off and answers
+            # wait in the writer, instead of every question failing with a 500 (issue 25).
+            if not self.migrations_pending:
+                log.warning("database schema not migrated (%s): run `python -m server migrate`", type(exc).__name__)
+            self.migrations_pending = True
+            raise DatabaseUnavailable("Chat history is not set up on this server yet.") from exc
         except (TimeoutError, psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
             self._failures += 1
             if self._failures >= _TRIP_AFTER:

@@ -306,6 +306,22 @@ class Store(Database):
         )
         return int(row["used"]) if row else 0
 
+    async def fail_message(self, message_id: uuid.UUID) -> bool:
+        """End an answer whose text could not be stored as ``failed``; False when it was not ``streaming``."""
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE chat_messages SET status = 'failed' WHERE id = %s AND status = 'streaming'", (message_id,)
+            )
+            return cur.rowcount == 1
+
+    async def interrupt_message(self, message_id: uuid.UUID) -> bool:
+        """End an answer no process generates any more (its own died mid-answer) as ``interrupted``."""
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE chat_messages SET status = 'interrupted' WHERE id = %s AND status = 'streaming'", (message_id,)
+            )
+            return cur.rowcount == 1
+
     async def interrupt_streaming(self, older_than_s: float) -> int:
         """Mark answers left ``streaming`` by a dead process as ``interrupted`` (start-up housekeeping)."""
         async with self._conn() as conn:

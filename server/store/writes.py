@@ -14,18 +14,18 @@ being away) is set aside in a ``rejected-*.jsonl`` file there, for an operator, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from server.core.errors import DatabaseUnavailable
+from server.core.text import scrub
 from server.store.rows import Citation, Completion, LateQuestion
 from server.store.sessions import Store
 
@@ -74,7 +74,7 @@ class AnswerWriter:
         """Queue an answer (with its question, if that is not stored yet); the future resolves when it is
         written (it may never, before a shutdown spills it)."""
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Item(message_id, completion, late, written))
+        self._queue.put_nowait(_Item(message_id, _storable(completion), late, written))
         return written
 
     async def close(self, drain_s: float) -> None:
@@ -87,8 +87,12 @@ class AnswerWriter:
             await asyncio.sleep(0.05)
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # the writer had died: what it held is spilled below, and shutdown goes on
+                log.exception("the answer writer had stopped")
         left = self._in_hand + [self._queue.get_nowait() for _ in range(self._queue.qsize())]
         self._in_hand = []
         if left:
@@ -134,11 +138,23 @@ class AnswerWriter:
             raise
         except Exception:
             if len(items) == 1:
-                path = self._spill(items, prefix="rejected-")
-                log.exception("an answer Postgres refused is set aside in %s: %s", path, items[0].message_id)
+                await self._set_aside(items[0])
                 return
             for item in items:
                 await self._write([item])
+
+    async def _set_aside(self, item: _Item) -> None:
+        """An answer refused on its own: spilled for an operator, and its message ended as ``failed``, so it never
+        stays ``streaming`` (whose history would offer a stream that no worker serves, issue 25)."""
+        try:
+            path = self._spill([item], prefix="rejected-")
+            log.exception("an answer Postgres refused is set aside in %s: %s", path, item.message_id)
+        except OSError as exc:  # a full disk must not stop the writer either: the refused answer alone is lost
+            log.exception("an answer Postgres refused could not be set aside (%s): %s", exc.strerror, item.message_id)
+        try:
+            await self._store.fail_message(item.message_id)
+        except Exception as exc:
+            log.error("a refused answer could not be marked failed (%s): %s", type(exc).__name__, item.message_id)
 
     def _forget_replayed(self) -> None:
         for path in self._replayed:
@@ -159,6 +175,14 @@ class AnswerWriter:
             os.fsync(out.fileno())
         tmp.replace(path)  # whole or absent: a crash mid-spill leaves no half file to replay
         return path
+
+
+def _storable(completion: Completion) -> Completion:
+    """``completion`` with what Postgres text cannot hold (a lone surrogate, NUL) replaced by U+FFFD."""
+    content, model = scrub(completion.content), None if completion.model is None else scrub(completion.model)
+    if content is completion.content and model is completion.model:
+        return completion
+    return replace(completion, content=content, model=model)
 
 
 def _rows(items: list[_Item]) -> tuple[list[tuple[uuid.UUID, Completion]], list[tuple[uuid.UUID, LateQuestion]]]:

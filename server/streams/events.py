@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from sse_starlette import ServerSentEvent
 
+from server.core.text import scrub
+
 EventType = Literal["meta", "sources", "notice", "token", "done", "error"]
 TERMINAL: frozenset[str] = frozenset({"done", "error"})
 
@@ -35,8 +37,10 @@ class Event:
 
 # JSON leaves these raw, and clients that split lines like str.splitlines (httpx's aiter_lines among them)
 # would read a line break there, letting text after it pose as a field: escape them as JSON does others.
+# A lone surrogate would also stay raw and make the UTF-8 encoding of the response fail mid-stream, so it
+# becomes U+FFFD (core/text.py; the model's text is scrubbed where it arrives, this is the last line).
 def _json_line(data: Mapping[str, Any]) -> str:
-    return (
+    return scrub(
         json.dumps(data, ensure_ascii=False)
         .replace("\u0085", "\\u0085")
         .replace("\u2028", "\\u2028")

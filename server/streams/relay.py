@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from server.core import metrics
 from server.streams.events import TERMINAL, Event
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,8 @@ CANCEL_CHANNEL = "tc:cancel"
 LISTEN_TTL_MS = 5000
 READ_BLOCK_MS = 1000  # below the client's socket timeout (DB_TIMEOUT_S), so a block never looks like a hang
 STALL_LIMIT_S = 90.0  # no event for this long: the generating worker is gone
+CLOSE_WAIT_S = 2.0
+QUEUE_MAX = 200_000  # events waiting for Redis (5,000 answers of 40 events each); beyond it they are dropped
 
 
 def events_key(message_id: str) -> str:
@@ -39,10 +43,13 @@ def listen_key(message_id: str) -> str:
 
 
 class RedisRelay:
-    def __init__(self, redis: Redis, *, ttl_s: float) -> None:
+    def __init__(self, redis: Redis, *, ttl_s: float, queue_max: int = QUEUE_MAX) -> None:
         self.redis = redis
         self.ttl_ms = int(ttl_s * 1000)
-        self._queue: asyncio.Queue[tuple[str, Event]] = asyncio.Queue()
+        # Bounded: with Redis slow or away, events are dropped (and counted) rather than held without end.
+        self._queue: asyncio.Queue[tuple[str, Event]] = asyncio.Queue(maxsize=queue_max)
+        self._warned_full_at = -math.inf
+        self._gapped: set[str] = set()  # messages an event of which was dropped: the rest is not mirrored either
         self._writer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
 
@@ -52,15 +59,39 @@ class RedisRelay:
 
     async def close(self) -> None:
         await self.flush()
-        for task in (self._writer, self._listener):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        tasks = [task for task in (self._writer, self._listener) if task is not None]
+        for task in tasks:
+            task.cancel()
+        # Whatever ended these tasks, and even if one ignores its cancel, shutdown goes on (issue 25).
+        if tasks:
+            done, stuck = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("relay task had failed: %s", type(task.exception()).__name__)
+            if stuck:
+                log.error("relay tasks still running at shutdown: %s", ", ".join(t.get_name() for t in stuck))
 
     def mirror(self, message_id: str, event: Event) -> None:
-        """Queue ``event`` for Redis; one writer keeps each message's events in order."""
-        self._queue.put_nowait((message_id, event))
+        """Queue ``event`` for Redis; one writer keeps each message's events in order.
+
+        A full queue drops it, and the rest of that message too: a reader on another worker then stalls and is
+        told the answer was lost (``generation_lost``), rather than reading on past a hole in the text.
+        """
+        if message_id in self._gapped:
+            metrics.RELAY_DROPPED.labels("queue_full").inc()
+            if event.event in TERMINAL:
+                self._gapped.discard(message_id)
+            return
+        try:
+            self._queue.put_nowait((message_id, event))
+        except asyncio.QueueFull:
+            metrics.RELAY_DROPPED.labels("queue_full").inc()
+            if event.event not in TERMINAL:
+                self._gapped.add(message_id)
+            now = time.monotonic()
+            if now - self._warned_full_at > 10.0:
+                self._warned_full_at = now
+                log.warning("stream events not mirrored to Redis: %d waiting already", self._queue.qsize())
 
     async def flush(self, timeout_s: float = 2.0) -> None:
         with contextlib.suppress(TimeoutError):
@@ -120,30 +151,50 @@ class RedisRelay:
             return False
 
     async def _write_loop(self) -> None:
+        """Runs as long as the relay: no event, however malformed, and no failure of Redis ends it (issue 25)."""
         while True:
             batch = [await self._queue.get()]
             while not self._queue.empty() and len(batch) < 500:
                 batch.append(self._queue.get_nowait())
             try:
-                try:
-                    await self._write(batch)
-                except (RedisError, OSError):
-                    # After Redis restarts, the first write goes out on a pooled connection to the old server
-                    # and fails; that connection is dropped, so one more try gets a fresh one
-                    # (tests/test_drills.py). Entries already written are refused as duplicates, not doubled.
-                    await self._write(batch)
-            except (RedisError, OSError) as exc:
-                # Local listeners are unaffected; remote readers of these events fall back to Postgres.
-                log.warning("stream events not mirrored to Redis (%s)", type(exc).__name__)
+                await self._write_batch(batch)
+            except Exception as exc:  # a bug of ours must still not stop the mirroring of later answers
+                metrics.RELAY_DROPPED.labels("bad_event").inc(len(batch))
+                log.error("stream events not mirrored to Redis (%s)", type(exc).__name__)
             finally:
                 for _ in batch:
                     self._queue.task_done()
+
+    async def _write_batch(self, batch: list[tuple[str, Event]]) -> None:
+        try:
+            try:
+                await self._write(batch)
+            except (RedisError, OSError):
+                # After Redis restarts, the first write goes out on a pooled connection to the old server
+                # and fails; that connection is dropped, so one more try gets a fresh one
+                # (tests/test_drills.py). Entries already written are refused as duplicates, not doubled.
+                await self._write(batch)
+        except (RedisError, OSError) as exc:
+            # Local listeners are unaffected; remote readers of these events fall back to Postgres.
+            metrics.RELAY_DROPPED.labels("redis_error").inc(len(batch))
+            log.warning("stream events not mirrored to Redis (%s)", type(exc).__name__)
+        except Exception as exc:
+            # Not Redis: something in one event (the batch is encoded before anything is sent). Write the
+            # events one by one, so only what cannot be written is lost.
+            log.error("a stream event could not be mirrored to Redis (%s); writing one by one", type(exc).__name__)
+            for item in batch:
+                try:
+                    await self._write([item])
+                except Exception as one:
+                    metrics.RELAY_DROPPED.labels("bad_event").inc()
+                    log.error("stream event %d not mirrored (%s)", item[1].id, type(one).__name__)
 
     async def _write(self, batch: list[tuple[str, Event]]) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
             for message_id, event in batch:
                 key = events_key(message_id)
-                fields: dict[Any, Any] = {"e": event.event, "d": json.dumps(event.data, ensure_ascii=False)}
+                # The line the SSE encoder sends, encoded (and made encodable) once, not the payload again.
+                fields: dict[Any, Any] = {"e": event.event, "d": event.json_line}
                 pipe.xadd(key, fields, id=f"0-{event.id}")
                 pipe.pexpire(key, self.ttl_ms)
             await pipe.execute(raise_on_error=False)
@@ -155,14 +206,24 @@ class RedisRelay:
                     await pubsub.subscribe(CANCEL_CHANNEL)
                     while True:
                         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                        _raise_if_cancelled()
                         if message is not None:
                             data = message["data"]
                             on_cancel(data.decode() if isinstance(data, bytes) else str(data))
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
+                _raise_if_cancelled()
                 log.warning("cancel channel lost (%s); resubscribing", type(exc).__name__)
                 await asyncio.sleep(1.0)
+
+
+def _raise_if_cancelled() -> None:
+    """redis-py's read timeout can swallow a cancel that lands as it expires (``get_message`` returns None, or a
+    TimeoutError comes out): going round again would ignore it, and close() (so shutdown) would wait in vain."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 _LOST = {

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, overload
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from server.core import metrics
+from server.core.text import scrub
 from server.streams.events import TERMINAL, Event, EventType
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class MessageStream:
         """Queue model output: at most one ``token`` event per COALESCE_S; a token after a quiet spell goes at once."""
         if not text or self.ended:
             return
-        self._pending_tokens.append(text)
+        self._pending_tokens.append(scrub(text))  # as sent, so stored: the stored answer is what was streamed
         if self._flush_handle is not None:
             return
         loop = asyncio.get_running_loop()

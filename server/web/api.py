@@ -277,6 +277,8 @@ async def session_messages(request: Request) -> JSONResponse:
     messages = await store.history(session_id, limit=limit + 1, after=after)
     page, more = messages[:limit], len(messages) > limit
     chat = services(request).chat
+    if chat is not None:
+        page = await message_events.settled(chat, page)
     body = {
         "session_id": str(session_id),
         "messages": [_message_json(m, chat) for m in page],

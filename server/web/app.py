@@ -17,13 +17,14 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.core import logs, metrics
@@ -106,9 +107,13 @@ def create_app(
         exception_handlers={
             AppError: _app_error,
             HTTPException: _http_error,
+            ClientDisconnect: _client_gone,
             Exception: _unhandled_error,
         },
     )
+    # Starlette's own trailing-slash redirect writes the Host header into Location (an open redirect through a
+    # forged Host, issue 25): the 404 handler redirects instead, relatively (_slash_redirect).
+    app.router.redirect_slashes = False
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(
         CORSMiddleware,
@@ -209,10 +214,34 @@ async def _app_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return error_response(404, NotFound.code, "No such resource.")
+        return _slash_redirect(request) or error_response(404, NotFound.code, "No such resource.")
     if exc.status_code == 405:
         return error_response(405, MethodNotAllowed.code, f"{request.method} is not allowed here.", exc.headers)
     return error_response(exc.status_code, "http_error", str(exc.detail), exc.headers)
+
+
+def _slash_redirect(request: Request) -> Response | None:
+    """What Starlette's ``redirect_slashes`` does (``/admin/report/`` -> ``/admin/report`` and the reverse), but
+    with a relative ``Location`` that no Host header can point elsewhere; None when no route matches either way."""
+    path = request.scope["path"]
+    if path == "/":
+        return None
+    other = path.rstrip("/") if path.endswith("/") else path + "/"
+    other = "/" + other.lstrip("/")  # never "//host": a protocol-relative Location leaves the site
+    scope = {**request.scope, "path": other}
+    if not any(route.matches(scope)[0] is not Match.NONE for route in request.app.router.routes):
+        return None
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    return RedirectResponse(quote(other) + (f"?{query}" if query else ""), status_code=307)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """The client went away before its body was whole: not a server error, so no traceback and no 5xx in the
+    metrics (issue 25). 499 is nginx's "client closed request"; nobody reads it, the access log and metrics do."""
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+CLIENT_CLOSED_REQUEST = 499
 
 
 async def _unhandled_error(request: Request, exc: Exception) -> Response:

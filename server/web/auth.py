@@ -1,14 +1,16 @@
 """Who is asking: the user id (``sub``) of a verified ``Authorization: Bearer`` JWT, or None (anonymous).
 
 HS256 with ``AUTH_JWT_SECRET``, or the auth provider's keys from ``AUTH_JWKS_URL`` (fetched with a
-timeout, cached). A token that is present but expired, forged or malformed is a 401, never a silent
-downgrade to anonymous.
+timeout, cached). A token that is present but expired, forged or malformed, issued by or for someone else
+(``AUTH_JWT_ISSUER`` / ``AUTH_JWT_AUDIENCE``), or expiring further ahead than ``AUTH_JWT_MAX_LIFETIME_DAYS`` is a
+401, never a silent downgrade to anonymous.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from server.core.errors import Unauthorized
@@ -27,6 +29,9 @@ _ASYMMETRIC = ["RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "EdDSA"]
 class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self._secret = settings.auth_jwt_secret.reveal() if settings.auth_jwt_secret else None
+        self._issuer = settings.auth_jwt_issuer
+        self._audience = settings.auth_jwt_audience
+        self._max_lifetime_s = settings.auth_jwt_max_lifetime_days * 86400
         self._jwks: jwt.PyJWKClient | None = None
         if settings.auth_jwks_url:
             import jwt  # here and in _verify: a server without sign-in never loads PyJWT and its cryptography
@@ -59,23 +64,29 @@ class Authenticator:
     async def _verify(self, token: str) -> dict[str, Any]:
         import jwt
 
+        required = ["sub", "exp", *(["iss"] if self._issuer else []), *(["aud"] if self._audience else [])]
+        # With AUTH_JWT_ISSUER / AUTH_JWT_AUDIENCE unset, PyJWT still refuses a token naming an audience.
+        checks: dict[str, Any] = {"leeway": LEEWAY_S, "issuer": self._issuer, "audience": self._audience}
         try:
             if self._jwks is not None:
                 # PyJWKClient fetches with urllib (blocking): keep it off the event loop.
                 key = await asyncio.to_thread(self._jwks.get_signing_key_from_jwt, token)
                 claims: dict[str, Any] = jwt.decode(
-                    token, key.key, algorithms=_ASYMMETRIC, leeway=LEEWAY_S, options={"require": ["sub", "exp"]}
+                    token, key.key, algorithms=_ASYMMETRIC, options={"require": required}, **checks
                 )
             else:
                 assert self._secret is not None
-                claims = jwt.decode(
-                    token, self._secret, algorithms=["HS256"], leeway=LEEWAY_S, options={"require": ["sub", "exp"]}
-                )
+                claims = jwt.decode(token, self._secret, algorithms=["HS256"], options={"require": required}, **checks)
         except jwt.ExpiredSignatureError:
             raise Unauthorized("The sign-in token has expired; sign in again.", code="token_expired") from None
         except jwt.PyJWKClientError as exc:
             log.warning("JWKS lookup failed: %s", exc)
             raise Unauthorized("The sign-in token could not be verified.", code="invalid_token") from None
+        except (jwt.InvalidIssuerError, jwt.InvalidAudienceError):
+            raise Unauthorized("The sign-in token was not issued for this server.", code="invalid_token") from None
         except jwt.InvalidTokenError:
             raise Unauthorized("The sign-in token is not valid.", code="invalid_token") from None
+        # A token valid for centuries is a leaked credential that cannot be revoked: AUTH_JWT_MAX_LIFETIME_DAYS.
+        if claims["exp"] - time.time() > self._max_lifetime_s + LEEWAY_S:
+            raise Unauthorized("The sign-in token expires too far ahead; sign in again.", code="invalid_token")
         return claims

@@ -9,7 +9,7 @@ from typing import Literal
 from server import __version__
 from server.web.services import Services
 
-ServiceStatus = Literal["ok", "down", "disabled", "offline"]
+ServiceStatus = Literal["ok", "down", "disabled", "offline", "migrations_pending"]
 PROBE_TIMEOUT_S = 0.5  # the whole check answers well under a second even when everything hangs
 
 
@@ -22,7 +22,7 @@ async def check(services: Services) -> dict[str, object]:
     }
     results = await asyncio.gather(*(_bounded(probe) for probe in probes.values()))
     statuses = dict(zip(probes, results, strict=True))
-    degraded = any(status == "down" for status in statuses.values())
+    degraded = any(status in ("down", "migrations_pending") for status in statuses.values())
     return {"status": "degraded" if degraded else "ok", "services": statuses, "version": __version__}
 
 
@@ -37,7 +37,10 @@ async def _bounded(probe: Callable[[], Awaitable[ServiceStatus]]) -> ServiceStat
 async def _postgres(services: Services) -> ServiceStatus:
     if services.store is None:
         return "disabled"
-    return "ok" if await services.store.ping(PROBE_TIMEOUT_S) else "down"
+    if not await services.store.ping(PROBE_TIMEOUT_S):
+        return "down"
+    # Reachable but never migrated: every question would need tables that are not there (issue 25).
+    return "migrations_pending" if await services.store.schema_pending(PROBE_TIMEOUT_S) else "ok"
 
 
 async def _redis(services: Services) -> ServiceStatus:

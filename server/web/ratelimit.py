@@ -140,8 +140,9 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: Sequenc
     """
     address = peer or "unknown"
     if trusted and forwarded_for and _is_trusted(address, trusted):
-        for hop in reversed([part.strip() for part in forwarded_for.split(",") if part.strip()]):
-            if not _valid_ip(hop):
+        for part in reversed([part.strip() for part in forwarded_for.split(",") if part.strip()]):
+            hop = _hop_address(part)
+            if hop is None:
                 break
             address = hop
             if not _is_trusted(hop, trusted):
@@ -169,6 +170,25 @@ def _is_trusted(address: str, trusted: Sequence[Network]) -> bool:
     except ValueError:
         return False
     return any(ip in network for network in trusted)
+
+
+def _hop_address(hop: str) -> str | None:
+    """The address of one ``X-Forwarded-For`` entry, with the port some proxies append (``9.9.9.9:80``,
+    ``[2001:db8::1]:443``) dropped: otherwise every client would share the proxy's budget, or each port mint
+    its own (issue 25). None when it is not an address."""
+    if _valid_ip(hop):
+        return hop
+    if hop.startswith("["):
+        host, bracket, rest = hop[1:].partition("]")
+        port = rest.removeprefix(":")
+        ok = bracket and (rest == "" or (rest.startswith(":") and _is_port(port)))
+        return host if ok and _valid_ip(host) and ":" in host else None
+    host, colon, port = hop.rpartition(":")
+    return host if colon and ":" not in host and _is_port(port) and _valid_ip(host) else None
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 5
 
 
 def _valid_ip(text: str) -> bool:
