@@ -218,16 +218,20 @@ def cross_encoder() -> CrossEncoder:
     return CrossEncoder()
 
 
-async def test_the_cross_encoder_puts_the_sentence_that_answers_first_on_a_demo_book_question(
-    cross_encoder: CrossEncoder,
-) -> None:
-    # The demo book's question demo-ans-005 with the chunk retrieval ranks first.
-    request = GenerationRequest(
+def rclpy_spin_request() -> GenerationRequest:
+    """The demo book's question demo-ans-005 with the chunk retrieval ranks first."""
+    return GenerationRequest(
         question="What does rclpy.spin() actually do?",
         sources=[demo_passage("02-ros2/01-nodes-and-topics.md", "## Spinning with `rclpy.spin()`", 1)],
         history=[],
         mode="textbook",
     )
+
+
+async def test_the_cross_encoder_puts_the_sentence_that_answers_first_on_a_demo_book_question(
+    cross_encoder: CrossEncoder,
+) -> None:
+    request = rclpy_spin_request()
     patient = ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder, cross_encoder_wait_s=math.inf)
     answered = await patient.answer_async(request)
     assert answered.startswith("Nothing runs until an **executor** waits for work and dispatches it")
@@ -303,12 +307,7 @@ async def test_units_after_the_first_keep_their_source_order() -> None:
 async def test_a_cross_encoder_slower_than_its_wait_leaves_the_answer_in_keyword_order(
     cross_encoder: CrossEncoder,
 ) -> None:
-    request = GenerationRequest(
-        question="What does rclpy.spin() actually do?",
-        sources=[demo_passage("02-ros2/01-nodes-and-topics.md", "## Spinning with `rclpy.spin()`", 1)],
-        history=[],
-        mode="textbook",
-    )
+    request = rclpy_spin_request()
     impatient = ExtractiveGenerator(pace_s=0, cross_encoder=cross_encoder, cross_encoder_wait_s=0.0)
     assert await impatient.answer_async(request) == ExtractiveGenerator(pace_s=0).answer(request)
 
@@ -354,11 +353,6 @@ class _BrokenCrossEncoder(CrossEncoder):
 
 
 async def test_a_failing_cross_encoder_leaves_the_answer_in_keyword_order() -> None:
-    request = GenerationRequest(
-        question="What does rclpy.spin() actually do?",
-        sources=[demo_passage("02-ros2/01-nodes-and-topics.md", "## Spinning with `rclpy.spin()`", 1)],
-        history=[],
-        mode="textbook",
-    )
+    request = rclpy_spin_request()
     broken = ExtractiveGenerator(pace_s=0, cross_encoder=_BrokenCrossEncoder())
     assert await broken.answer_async(request) == ExtractiveGenerator(pace_s=0).answer(request)
