@@ -3,11 +3,12 @@
     .venv/bin/python -m bench.memory [--book ../shared/corpora/rizsheik-humanoid-course] [--data-dir DIR]
         [--streams 2000] [--soak-minutes 10] [--quick] [--json PATH]
 
-Two servers, each its own process (``python -m server serve``, one worker, the embedded Qdrant Edge index
+Three servers, each its own process (``python -m server serve``, one worker, the embedded Qdrant Edge index
 of the book, a scratch Postgres database), one after the other:
 
 - offline, the default run (local embedder, extractive answers): fresh, after 100 questions, and after a
   soak that asks a question every second;
+- ``serve --book`` on the same index (offline): fresh and after 100 questions;
 - with a model (the fake OpenAI-compatible server in this process, so the openai client and tiktoken are
   loaded): fresh, after 100 questions, and holding streams that follow answers the model never starts.
 
@@ -70,6 +71,7 @@ async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
     await _index(args.book, data_dir)
     with scratch_database() as database_url:
         figures = await _offline(args, data_dir, database_url)
+        figures += await _serving_the_book(args, data_dir, database_url)
         figures += await _with_model(args, data_dir, database_url)
     return figures
 
@@ -94,6 +96,19 @@ async def _offline(args: argparse.Namespace, data_dir: Path, database_url: str) 
         Figure("memory, offline: server RSS after 100 questions", after_questions / MB, "MB", 250.0),
         Figure(f"memory, offline: RSS after a {args.soak_minutes:g}-min soak", soaked / MB, "MB", 250.0),
         Figure("memory, offline: RSS after the soak / at its start", soaked / soak_start, "ratio", 1.1),
+    ]
+
+
+async def _serving_the_book(args: argparse.Namespace, data_dir: Path, database_url: str) -> list[Figure]:
+    """``serve --book`` on the pre-ingested index: the start-up ingest finds nothing to embed, the watcher runs."""
+    port = free_port()
+    env = server_env(database_url, data_dir, "http://127.0.0.1:9/v1", port)
+    del env["OPENAI_API_KEY"], env["OPENAI_BASE_URL"]
+    async with running([*serve_argv(port), "--book", str(args.book)], env) as server:
+        fresh, after_questions = await _fresh_and_after_questions(server, "serve --book")
+    return [
+        Figure("memory, serve --book: server RSS fresh", fresh / MB, "MB", 250.0),
+        Figure("memory, serve --book: server RSS after 100 questions", after_questions / MB, "MB", 250.0),
     ]
 
 
