@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from server.chat import exchange as chat_pipeline
 from server.chat import message_events
+from server.chat.question import Asker, Question, SessionRef
 from server.chat.service import ChatService, Started
 from server.core import logs, schemas
 from server.core.errors import (
@@ -145,6 +146,14 @@ async def _start(request: Request) -> tuple[Started, Caller]:
     body = schemas.parse_chat_request(await read_json(request))  # a malformed request costs no budget
     who = await identify(request)
     service = chat_service(request)
+    question = Question(
+        text=body.question,
+        asker=Asker(who.key, who.user_id),
+        session=SessionRef(body.session_id, body.session_token),
+        module=body.module,
+        selected_text=body.selected_text,
+        client_request_id=body.client_request_id,
+    )
     slots = services(request).slots
     slot = uuid.uuid4().hex
     if slots is not None:
@@ -164,7 +173,7 @@ async def _start(request: Request) -> tuple[Started, Caller]:
 
     try:
         who = await spend(request, who, "ask")
-        started = await chat_pipeline.start(service, body, user_id=who.user_id, caller=who.key, on_finish=release)
+        started = await chat_pipeline.start(service, question, on_finish=release)
     except BaseException:
         await release()
         raise
