@@ -25,7 +25,6 @@ from server.core import logs, schemas
 from server.core.errors import (
     BadRequest,
     NotFound,
-    RateLimited,
     ServiceUnavailable,
     Unauthorized,
     UnsupportedMediaType,
@@ -57,7 +56,7 @@ class Caller:
 
     @property
     def key(self) -> str:
-        return f"user:{self.user_id}" if self.user_id else f"ip:{self.client}"
+        return ratelimit.caller_key(self.client, self.user_id)
 
 
 async def caller(request: Request, kind: ratelimit.Kind) -> Caller:
@@ -154,33 +153,13 @@ async def _start(request: Request) -> tuple[Started, Caller]:
         selected_text=body.selected_text,
         client_request_id=body.client_request_id,
     )
-    slots = services(request).slots
-    slot = uuid.uuid4().hex
-    if slots is not None:
-        try:
-            # Before the budget: a question refused for too many open answers costs nothing.
-            await slots.acquire(who.key, slot)
-        except RateLimited as busy:
-            limiter = services(request).limiter
-            if limiter is not None:
-                budget = await limiter.peek("ask", client=who.client, user_id=who.user_id)
-                busy.headers = {**budget.headers(), **busy.headers}
-            raise
-
-    async def release() -> None:
-        if slots is not None:
-            await slots.release(who.key, slot)
-
-    try:
-        who = await spend(request, who, "ask")
-        started = await chat_pipeline.start(service, question, on_finish=release)
-    except BaseException:
-        await release()
-        raise
-    if not started.created:
-        await release()  # attached to an earlier answer: nothing new is generated
+    svc = services(request)
+    async with ratelimit.admit(svc.limiter, svc.slots, client=who.client, user_id=who.user_id) as admitted:
+        started = await chat_pipeline.start(service, question, on_finish=admitted.release)
+        if started.created:
+            admitted.keep()  # the answer's run gives the slot back when it ends
     bind_message(request, started.message_id)
-    return started, who
+    return started, Caller(who.client, who.user_id, admitted.headers)
 
 
 async def chat(request: Request) -> Response:
