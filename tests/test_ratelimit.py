@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from server.core.errors import RateLimited
 from server.core.settings import Settings
-from server.web.ratelimit import RateLimiter, StreamSlots
+from server.web.ratelimit import RateLimiter, StreamSlots, admit
 from tests.servers import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
@@ -93,6 +93,45 @@ async def test_reads_do_not_spend_the_question_budget() -> None:
     for _ in range(5):
         await limiter.hit("read", client="10.0.0.1", user_id=None)
     assert (await limiter.hit("ask", client="10.0.0.1", user_id=None)).remaining == 0
+
+
+async def test_a_question_is_admitted_with_a_slot_and_one_unit_of_its_budget_and_a_kept_slot_is_held() -> None:
+    limiter, slots = _limiter(None), StreamSlots(1, None)
+    async with admit(limiter, slots, client="10.0.0.1", user_id=None) as first:
+        assert first.headers["RateLimit-Remaining"] == "2"
+        first.keep()  # an answer is generating: its run gives the slot back
+    with pytest.raises(RateLimited) as busy:  # a second answer at once: refused before the budget is spent
+        async with admit(limiter, slots, client="10.0.0.1", user_id=None):
+            pytest.fail("admitted past the slot limit")
+    assert busy.value.code == "too_many_streams"
+    assert busy.value.headers["RateLimit-Remaining"] == "2"  # the budget as it stands, nothing spent
+    assert (await limiter.peek("ask", client="10.0.0.1", user_id=None)).remaining == 2
+    async with admit(limiter, slots, client="10.0.0.1", user_id="alice") as other:  # another caller, own slots
+        assert other.headers["RateLimit-Limit"] == "5"
+    await first.release()
+    await first.release()  # once is enough; a second release does nothing
+    async with admit(limiter, slots, client="10.0.0.1", user_id=None) as attached:
+        pass  # not kept (say, attached to an earlier answer): the slot is given back as the block ends
+    async with admit(limiter, slots, client="10.0.0.1", user_id=None) as last:
+        assert last.headers["RateLimit-Remaining"] == "0"
+    assert attached.headers["RateLimit-Remaining"] == "1"
+
+
+async def test_a_question_refused_for_its_budget_or_failing_to_start_gives_its_slot_back() -> None:
+    limiter, slots = _limiter(None, rate="1/minute"), StreamSlots(1, None)
+    async with admit(limiter, slots, client="10.0.0.2", user_id=None):
+        pass
+    with pytest.raises(RateLimited) as spent:
+        async with admit(limiter, slots, client="10.0.0.2", user_id=None):
+            pytest.fail("admitted past the budget")
+    assert spent.value.code == "rate_limited"
+    await slots.acquire("ip:10.0.0.2", "free")  # the refused question holds no slot
+    await slots.release("ip:10.0.0.2", "free")
+    with pytest.raises(RuntimeError):
+        async with admit(None, slots, client="10.0.0.3", user_id=None) as failing:
+            assert failing.headers == {}  # no limiter: no budget headers
+            raise RuntimeError("the chat stage failed before the run started")
+    await slots.acquire("ip:10.0.0.3", "free")
 
 
 async def test_two_limiters_on_one_redis_share_the_budget(throwaway_redis: ThrowawayRedis) -> None:

@@ -5,6 +5,9 @@
   citation points at an anchor its page does not have. Read with ``ast``: the pattern literal of every
   ``re.compile`` and of every ``re.search``/``match``/``sub``/... call (which compile it too).
 - No module is longer than ``MAX_LINES``: past that, a module holds more than one concept; split it at a seam.
+- No function in the chat stage takes more than ``MAX_PARAMETERS`` (every parameter but ``self``/``cls``, keyword-only
+  ones too). The run of an answer once took eleven, and a field added for a question went through five signatures;
+  what a step needs is on the run object (``chat/run.py`` ``AnswerRun``) or the question (``chat/question.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pathlib import Path
 SERVER = Path(__file__).resolve().parents[1] / "server"
 MAX_LINES = 500
 MIN_PATTERN = 20
+MAX_PARAMETERS = 6
+NARROW_STAGES = ("server/chat/",)  # where MAX_PARAMETERS holds
 _COMPILING = {"compile", "search", "match", "fullmatch", "sub", "subn", "split", "findall", "finditer"}
 
 # Copies that are another change's to remove, each with its reason; this list only shrinks.
@@ -74,3 +79,60 @@ def test_no_module_is_longer_than_the_limit() -> None:
     lengths = {name: len(source.splitlines()) for name, source in server_sources().items()}
     assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
     assert max(lengths.values()) > MAX_LINES // 2  # the check reads real modules
+
+
+def parameters(source: str) -> dict[str, int]:
+    """Each function or method of ``source`` (by qualified name) with its number of parameters: positional-only,
+    ordinary, ``*args``, keyword-only and ``**kwargs``, less a method's ``self`` or ``cls``."""
+    counts: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str, in_class: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.", True)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = child.args
+                names = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
+                names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+                if in_class and names[:1] in (["self"], ["cls"]):
+                    names = names[1:]
+                counts[f"{prefix}{child.name}"] = len(names)
+                visit(child, f"{prefix}{child.name}.", False)
+            else:
+                visit(child, prefix, in_class)
+
+    visit(ast.parse(source), "", False)
+    return counts
+
+
+def test_no_function_of_the_chat_stage_takes_more_than_the_limit() -> None:
+    counts = {
+        f"{name}:{function}": n
+        for name, source in server_sources().items()
+        if name.startswith(NARROW_STAGES)
+        for function, n in parameters(source).items()
+    }
+    assert {where: n for where, n in counts.items() if n > MAX_PARAMETERS} == {}
+    assert any(where.startswith("server/chat/run.py:AnswerRun.") for where in counts)  # the check reads the stage
+
+
+def test_the_parameter_count_includes_keyword_only_and_star_parameters_but_not_self() -> None:
+    source = (
+        "def f(a, /, b, *args, c, d=1, **kw): pass\n"
+        "class Run:\n"
+        "    def step(self, a, *, b): pass\n"
+        "    @classmethod\n"
+        "    def make(cls, a): pass\n"
+        "    @staticmethod\n"
+        "    def plain(self_like): pass\n"
+        "async def g(*, a, b, c, d, e, f, g):\n"
+        "    def inner(self, x): pass\n"
+    )
+    assert parameters(source) == {
+        "f": 6,
+        "Run.step": 2,
+        "Run.make": 1,
+        "Run.plain": 1,
+        "g": 7,
+        "g.inner": 2,
+    }

@@ -1,4 +1,4 @@
-"""One exchange, end to end: a ``ChatRequest`` in, a running answer and its stored record out.
+"""One exchange, end to end: a ``Question`` (question.py) in, a running answer and its stored record out.
 
 Takes in the search, answer, store and streams stages and hands on ``ChatService``: the bookkeeping of a
 session and its exchange (repeats, budgets, the stored question), the run of one answer from retrieval to

@@ -1,8 +1,9 @@
 """One question's bookkeeping: the session, the stored question, repeats and budgets, then the run is started.
 
-``start`` does the parts that can fail as a plain HTTP error (bad session → 404, a reused
-``client_request_id`` → 409, a spent token budget → 429) and then hands the rest to ``run.run``, a task of
-its own that publishes into a ``MessageStream`` whatever happens to the connection.
+``start`` takes a ``Question`` (question.py), does the parts that can fail as a plain HTTP error (bad session →
+404, a reused ``client_request_id`` → 409, a spent token budget → 429) and then hands the rest to an
+``AnswerRun`` (run.py), a task of its own that publishes into a ``MessageStream`` whatever happens to the
+connection.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from server.answer.prompts import HISTORY_BUDGET_TOKENS
-from server.chat.run import discard, retrieve, run
+from server.chat.question import Question
+from server.chat.run import AnswerRun, discard, retrieve
 from server.chat.service import ChatService, Session, Started
 from server.core import metrics
 from server.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
-from server.core.schemas import ChatRequest
 from server.search.retrieval import CONTEXT_BUDGET_TOKENS
 from server.store.rows import Exchange, LateQuestion, hash_token
 from server.store.sessions import Store
@@ -33,23 +34,19 @@ _NOTICE_HISTORY_DOWN = "Your conversation can't be saved right now; the answer i
 
 
 async def start(
-    chat: ChatService,
-    request: ChatRequest,
-    *,
-    user_id: str | None = None,
-    caller: str = "",
-    on_finish: Callable[[], Awaitable[None]] | None = None,
+    chat: ChatService, question: Question, *, on_finish: Callable[[], Awaitable[None]] | None = None
 ) -> Started:
     """Store the question and start generating; a repeated ``client_request_id`` attaches to the first answer.
+    ``on_finish`` runs when the answer's run ends (not called when nothing new is generated).
 
-    ``caller`` is who asks (the rate-limit identity: user or client address). A repeat attaches only for the
-    same caller: the same session (its token checked), the same signed-in user, or, for a first question,
-    the same question from the same client; anyone else gets 409. The session token is sent once, in the
-    response that created the session, and never again (replays and repeats omit it).
+    A repeat attaches only for the same asker (``question.asker``): the same session (its token checked), the
+    same signed-in user, or, for a first question, the same question from the same client; anyone else gets 409.
+    The session token is sent once, in the response that created the session, and never again (replays and
+    repeats omit it).
     """
-    if request.module is not None:
-        await _check_module(chat, request.module)
-    repeated = await _repeated_request(chat, request, user_id=user_id, caller=caller)
+    if question.module is not None:
+        await _check_module(chat, question.module)
+    repeated = await _repeated_request(chat, question)
     if repeated is not None:  # a double click or a retry: attach, and create no second session
         return Started(
             repeated.assistant_message_id,
@@ -62,11 +59,11 @@ async def start(
     # Retrieval needs nothing from the database: it runs while the session and the question are stored,
     # and is dropped if the request is refused or turns out to be a repeat.
     started = time.perf_counter()
-    retrieval = asyncio.create_task(retrieve(chat, request))
+    retrieval = asyncio.create_task(retrieve(chat, question))
     asked_at = datetime.now(UTC)
     try:
-        session = await _session(chat, request, user_id, caller, notices)
-        exchange = await _exchange(chat, session, request, notices)
+        session = await _session(chat, question, notices)
+        exchange = await _exchange(chat, session, question, notices)
         if exchange is not None and exchange.session_id != session.id:
             raise Conflict("This client_request_id was already used in another conversation.")
     except BaseException:
@@ -74,25 +71,21 @@ async def start(
         raise
     message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
     # The database could not take the question in time: it goes to the answer writer with its answer.
-    late = (
-        None if chat.store is None or exchange is not None else _late(chat, request, session, user_id, caller, asked_at)
-    )
+    late = None if chat.store is None or exchange is not None else _late(chat, question, session, asked_at)
     stream_url = chat.capabilities.stream_url(str(message_id))
     if exchange is not None and not exchange.created:
         discard(retrieval)
         return Started(message_id, exchange.session_id, None, stream_url, created=False)
-    _log_question(request, str(message_id))
+    _log_question(question, str(message_id))
     stream = chat.registry.create(str(message_id))
     meta_base = {
         "message_id": str(message_id),
         "session_id": str(session.id),
         "stream_url": stream_url,  # no session_token: these events are replayed to whoever holds stream_url
-        "mode": request.mode,
+        "mode": question.mode,
     }
-    stream.task = asyncio.create_task(
-        run(chat, stream, request, session, exchange, meta_base, notices, on_finish, retrieval, started, late),
-        name=f"chat-{message_id}",
-    )
+    answer = AnswerRun(chat, stream, question, session, exchange, late, meta_base, notices, started)
+    stream.task = asyncio.create_task(answer.run(retrieval, on_finish), name=f"chat-{message_id}")
     return Started(message_id, session.id, session.token, stream_url, created=True)
 
 
@@ -107,92 +100,89 @@ async def _check_module(chat: ChatService, module: str) -> None:
         )
 
 
-def _late(
-    chat: ChatService, request: ChatRequest, session: Session, user_id: str | None, caller: str, asked_at: datetime
-) -> LateQuestion:
+def _late(chat: ChatService, question: Question, session: Session, asked_at: datetime) -> LateQuestion:
     """The question as the answer writer will store it: into the session it was asked in, proved as then (its
     token, or the signed-in user), or into a new one when this question was to create it. A new session's
     token never reached the reader (the session did not exist yet), so only its owner, if signed in, can
     reopen it; the question is kept all the same, for the conversation's record and the authors' report."""
-    new_session = request.session_id is None and session.token is None
-    token = secrets.token_urlsafe(32) if new_session else (session.token or request.session_token)
+    new_session = question.session.id is None and session.token is None
+    token = secrets.token_urlsafe(32) if new_session else (session.token or question.session.token)
     return LateQuestion(
         session_id=session.id,
         new_session=new_session,
         token_hash=None if token is None else hash_token(token),
-        user_id=user_id,
+        user_id=question.asker.user_id,
         user_message_id=uuid.uuid4(),
         asked_at=asked_at,
-        question=request.question,
-        mode="selection" if request.selected_text else "textbook",
-        module_filter=request.module,
-        selected_text=request.selected_text,
-        client_request_id=request.client_request_id,
-        session_metadata=_session_metadata(chat, caller),
+        question=question.text,
+        mode=question.mode,
+        module_filter=question.module,
+        selected_text=question.selected_text,
+        client_request_id=question.client_request_id,
+        session_metadata=_session_metadata(chat, question.asker.key),
     )
 
 
-def _log_question(request: ChatRequest, message_id: str) -> None:
-    # The question itself is the reader's words: only at debug (DESIGN.md settings: LOG_LEVEL).
+def _log_question(question: Question, message_id: str) -> None:
+    # The question itself is the reader's words: only at debug (docs/settings.md: LOG_LEVEL).
     facts = {
         "message_id": message_id,
-        "mode": request.mode,
-        "module_filter": request.module,
-        "chars": len(request.question),
+        "mode": question.mode,
+        "module_filter": question.module,
+        "chars": len(question.text),
     }
     log.info("question received", extra=facts)
-    log.debug("question text", extra={**facts, "question": request.question, "selected_text": request.selected_text})
+    log.debug("question text", extra={**facts, "question": question.text, "selected_text": question.selected_text})
 
 
-async def _repeated_request(
-    chat: ChatService, request: ChatRequest, *, user_id: str | None, caller: str
-) -> Exchange | None:
+async def _repeated_request(chat: ChatService, question: Question) -> Exchange | None:
     """A repeated first question (no session yet): its exchange, found before a second session is created,
     if the same caller asked it (409 otherwise: a client_request_id is not a key to someone else's answer).
 
     With a session, the repeat goes the usual way (the session's token is checked) and ``start_exchange``
     finds the earlier exchange itself.
     """
-    if chat.store is None or request.client_request_id is None or request.session_id is not None:
+    if chat.store is None or question.client_request_id is None or question.session.id is not None:
         return None
     try:
-        found = await chat.store.find_exchange(request.client_request_id)
+        found = await chat.store.find_exchange(question.client_request_id)
     except DatabaseUnavailable:
         return None  # the answer goes on without history; start_exchange is not reached either
     if found is None:
         return None
+    user_id = question.asker.user_id
     if found.owner_user_id is not None:
         same = user_id == found.owner_user_id
     else:
         same = (
             user_id is None
-            and found.question == request.question
+            and found.question == question.text
             and found.caller_digest is not None
-            and hmac.compare_digest(found.caller_digest, chat.capabilities.caller_digest(caller))
+            and hmac.compare_digest(found.caller_digest, chat.capabilities.caller_digest(question.asker.key))
         )
     if not same:
         raise Conflict("This client_request_id was already used for another question.", code="duplicate_request")
     return found
 
 
-async def _session(
-    chat: ChatService, request: ChatRequest, user_id: str | None, caller: str, notices: list[tuple[str, str]]
-) -> Session:
+async def _session(chat: ChatService, question: Question, notices: list[tuple[str, str]]) -> Session:
+    asked_in, user_id = question.session, question.asker.user_id
     if chat.store is None:
         notices.append(("history_unavailable", _NOTICE_HISTORY_OFF))
-        return Session(request.session_id or uuid.uuid4(), None, persisted=False)
+        return Session(asked_in.id or uuid.uuid4(), None, persisted=False)
     try:
-        if request.session_id is not None:
-            owned = await chat.store.authorize_session(request.session_id, token=request.session_token, user_id=user_id)
+        if asked_in.id is not None:
+            owned = await chat.store.authorize_session(asked_in.id, token=asked_in.token, user_id=user_id)
             if owned is None:
                 raise NotFound("No such session.", code="session_not_found")
-            await _check_token_budget(chat.store, request.session_id, chat.daily_tokens)
-            return Session(request.session_id, None, persisted=True)
-        created = await chat.store.create_session(user_id=user_id, metadata=_session_metadata(chat, caller))
+            await _check_token_budget(chat.store, asked_in.id, chat.daily_tokens)
+            return Session(asked_in.id, None, persisted=True)
+        metadata = _session_metadata(chat, question.asker.key)
+        created = await chat.store.create_session(user_id=user_id, metadata=metadata)
         return Session(created.id, created.token, persisted=True)
     except DatabaseUnavailable:
         notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
-        return Session(request.session_id or uuid.uuid4(), None, persisted=False)
+        return Session(asked_in.id or uuid.uuid4(), None, persisted=False)
 
 
 def _session_metadata(chat: ChatService, caller: str) -> dict[str, str]:
@@ -219,18 +209,18 @@ async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) 
 
 
 async def _exchange(
-    chat: ChatService, session: Session, request: ChatRequest, notices: list[tuple[str, str]]
+    chat: ChatService, session: Session, question: Question, notices: list[tuple[str, str]]
 ) -> Exchange | None:
     if chat.store is None or not session.persisted:
         return None
     try:
         return await chat.store.start_exchange(
             session.id,
-            question=request.question,
-            mode="selection" if request.selected_text else "textbook",
-            module_filter=request.module,
-            selected_text=request.selected_text,
-            client_request_id=request.client_request_id,
+            question=question.text,
+            mode=question.mode,
+            module_filter=question.module,
+            selected_text=question.selected_text,
+            client_request_id=question.client_request_id,
         )
     except DatabaseUnavailable:
         notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))

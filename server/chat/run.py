@@ -1,6 +1,6 @@
 """The run of one answer: retrieval's outcome in, events published and the reply stored out.
 
-``run`` is the task ``exchange.start`` hands an accepted question to: it answers from the book (or the FAQ
+``AnswerRun.run`` is the task ``exchange.start`` hands an accepted question to: it answers from the book (or the FAQ
 when search is down, or declines), publishes into the ``MessageStream`` whatever happens to the
 connection, and writes the answer to Postgres once, at the end (no per-token writes). Every failure here
 becomes a notice, a fallback answer or an ``error`` event, never an HTTP error.
@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from server.answer.generation import (
@@ -26,10 +26,10 @@ from server.answer.generation import (
     cited_numbers,
     invalid_markers,
 )
+from server.chat.question import Question
 from server.chat.service import ChatService, Session
 from server.core import logs, metrics
 from server.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
-from server.core.schemas import ChatRequest
 from server.search.retrieval import Retrieval, Source
 from server.store.rows import Citation, Completion, Exchange, LateQuestion
 from server.store.writes import AnswerWriter
@@ -46,104 +46,6 @@ _NOTICE_BAD_MARKERS = "This answer cites a source number that was not among its 
 _NOTICE_FAQ = "The textbook search is unavailable right now, so here are the closest FAQ entries."
 
 
-async def run(
-    chat: ChatService,
-    stream: MessageStream,
-    request: ChatRequest,
-    session: Session,
-    exchange: Exchange | None,
-    meta_base: dict[str, Any],
-    notices: list[tuple[str, str]],
-    on_finish: Callable[[], Awaitable[None]] | None,
-    retrieving: asyncio.Task[Retrieval | None],
-    started: float,
-    late: LateQuestion | None = None,
-) -> None:
-    """Answer ``request`` into ``stream``, then queue the answer for Postgres: into ``exchange`` when the
-    question was stored as it was asked, or with ``late`` (the question, written with its answer) when not."""
-    logs.bind_message(stream.message_id)
-    state = _RunState()
-    metrics.GENERATIONS.inc()
-    stored = exchange is not None or late is not None
-    stream.hold_terminal = stored and chat.store is not None
-    # The earlier turns are read while retrieval runs; a FAQ answer or a decline does not need them.
-    history = asyncio.create_task(_history(chat, session, exchange))
-    try:
-        retrieval = await retrieving
-        if retrieval is None:
-            await _answer_from_faq(chat, stream, request, meta_base, notices, state)
-        elif retrieval.declined:
-            _decline(stream, retrieval, meta_base, notices, state)
-        else:
-            await _answer(chat, stream, request, history, retrieval, meta_base, notices, state, started)
-    except asyncio.CancelledError:
-        _end_cancelled(stream, state, started)
-    except LLMUnavailable as exc:
-        metrics.LLM_ERRORS.inc()
-        state.status = "failed"
-        stream.publish("error", {"code": exc.code, "message": exc.message, "retryable": True})
-    except Exception:
-        log.exception("chat generation failed")
-        state.status = "failed"
-        if not stream.ended:
-            stream.publish(
-                "error",
-                {
-                    "code": "internal_error",
-                    "message": "Something went wrong while answering. Please retry.",
-                    "retryable": True,
-                },
-            )
-    finally:
-        discard(retrieving)
-        discard(history)
-        metrics.GENERATIONS.dec()
-        try:
-            _record(stream, state, started)
-        except Exception:  # counting must never keep an answer from being stored
-            log.exception("answer metrics not recorded")
-        try:
-            if stored and chat.writer is not None:
-                await _persist(chat.writer, uuid.UUID(stream.message_id), late, stream, state, started)
-        except Exception:
-            # Whatever went wrong, the answer is still queued, as failed: it must never stay `streaming`.
-            log.exception("answer could not be prepared for writing; stored as failed")
-            assert chat.writer is not None
-            chat.writer.submit(uuid.UUID(stream.message_id), Completion(content=stream.text(), status="failed"), late)
-        finally:
-            stream.release()  # the terminal event, held until the answer was stored (streaming.py)
-        if on_finish is not None:
-            await on_finish()
-
-
-def _record(stream: MessageStream, state: _RunState, started: float) -> None:
-    """One log line and the answer metrics for a finished generation."""
-    last = stream.terminal
-    if state.status == "interrupted":
-        outcome = "interrupted"
-        metrics.INTERRUPTED.labels(stream.cancel_reason or "unknown").inc()
-    elif last is not None and last.event == "done":
-        outcome = str(last.data.get("finish_reason", "stop"))
-    else:
-        outcome = "error"
-    seconds = time.perf_counter() - started
-    metrics.ANSWERS.labels(outcome).inc()
-    metrics.ANSWER_SECONDS.labels(outcome).observe(seconds)
-    if state.usage is not None:
-        metrics.tokens(state.usage.prompt_tokens, state.usage.completion_tokens)
-    log.info(
-        "answer finished",
-        extra={
-            "status": state.status,
-            "outcome": outcome,
-            "model": state.model,
-            "confidence": state.confidence,
-            "duration_ms": round(seconds * 1000, 1),
-            "events": len(stream.events),
-        },
-    )
-
-
 @dataclass
 class _RunState:
     status: str = "complete"
@@ -155,14 +57,305 @@ class _RunState:
     usage: Usage | None = None
 
 
-async def retrieve(chat: ChatService, request: ChatRequest) -> Retrieval | None:
+@dataclass
+class AnswerRun:
+    """What one answer's run needs, and its steps: everything a step reads is here, so a field added for the
+    run is added once (not to every step's signature)."""
+
+    chat: ChatService
+    stream: MessageStream
+    question: Question
+    session: Session
+    exchange: Exchange | None  # the stored question the answer goes into, or
+    late: LateQuestion | None  # the question to write with its answer (the database could not take it in time)
+    meta_base: dict[str, Any]  # what every ``meta`` event carries: ids, stream_url, mode
+    notices: list[tuple[str, str]]  # notices of the bookkeeping (history off or down), published with ``meta``
+    started: float  # ``time.perf_counter()`` when the question was accepted: the timings count from here
+    state: _RunState = field(default_factory=_RunState)
+
+    @property
+    def stored(self) -> bool:
+        return self.exchange is not None or self.late is not None
+
+    async def run(
+        self, retrieving: asyncio.Task[Retrieval | None], on_finish: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Answer the question into the stream, then queue the answer for Postgres: into ``exchange`` when the
+        question was stored as it was asked, or with ``late`` (the question, written with its answer) when not;
+        ``on_finish`` runs last, whatever happened."""
+        chat, stream, state = self.chat, self.stream, self.state
+        logs.bind_message(stream.message_id)
+        metrics.GENERATIONS.inc()
+        stream.hold_terminal = self.stored and chat.store is not None
+        # The earlier turns are read while retrieval runs; a FAQ answer or a decline does not need them.
+        history = asyncio.create_task(self._history())
+        try:
+            retrieval = await retrieving
+            if retrieval is None:
+                await self._answer_from_faq()
+            elif retrieval.declined:
+                self._decline(retrieval)
+            else:
+                await self._answer(retrieval, history)
+        except asyncio.CancelledError:
+            self._end_cancelled()
+        except LLMUnavailable as exc:
+            metrics.LLM_ERRORS.inc()
+            state.status = "failed"
+            stream.publish("error", {"code": exc.code, "message": exc.message, "retryable": True})
+        except Exception:
+            log.exception("chat generation failed")
+            state.status = "failed"
+            if not stream.ended:
+                stream.publish(
+                    "error",
+                    {
+                        "code": "internal_error",
+                        "message": "Something went wrong while answering. Please retry.",
+                        "retryable": True,
+                    },
+                )
+        finally:
+            discard(retrieving)
+            discard(history)
+            metrics.GENERATIONS.dec()
+            try:
+                self._record()
+            except Exception:  # counting must never keep an answer from being stored
+                log.exception("answer metrics not recorded")
+            try:
+                if self.stored and chat.writer is not None:
+                    await self._persist(chat.writer)
+            except Exception:
+                # Whatever went wrong, the answer is still queued, as failed: it must never stay `streaming`.
+                log.exception("answer could not be prepared for writing; stored as failed")
+                assert chat.writer is not None
+                message_id = uuid.UUID(stream.message_id)
+                chat.writer.submit(message_id, Completion(content=stream.text(), status="failed"), self.late)
+            finally:
+                stream.release()  # the terminal event, held until the answer was stored (streaming.py)
+            if on_finish is not None:
+                await on_finish()
+
+    def _record(self) -> None:
+        """One log line and the answer metrics for a finished generation."""
+        stream, state = self.stream, self.state
+        last = stream.terminal
+        if state.status == "interrupted":
+            outcome = "interrupted"
+            metrics.INTERRUPTED.labels(stream.cancel_reason or "unknown").inc()
+        elif last is not None and last.event == "done":
+            outcome = str(last.data.get("finish_reason", "stop"))
+        else:
+            outcome = "error"
+        seconds = time.perf_counter() - self.started
+        metrics.ANSWERS.labels(outcome).inc()
+        metrics.ANSWER_SECONDS.labels(outcome).observe(seconds)
+        if state.usage is not None:
+            metrics.tokens(state.usage.prompt_tokens, state.usage.completion_tokens)
+        log.info(
+            "answer finished",
+            extra={
+                "status": state.status,
+                "outcome": outcome,
+                "model": state.model,
+                "confidence": state.confidence,
+                "duration_ms": round(seconds * 1000, 1),
+                "events": len(stream.events),
+            },
+        )
+
+    def _meta(self, confidence: float, level: str, scope: dict[str, Any]) -> dict[str, Any]:
+        return {**self.meta_base, "confidence": round(confidence, 4), "confidence_level": level, "scope": scope}
+
+    def _open(self, meta: dict[str, Any], sources: list[dict[str, Any]], notices: list[tuple[str, str]]) -> None:
+        self.stream.publish("meta", meta)
+        self.stream.publish("sources", {"sources": sources})
+        metrics.CONFIDENCE.labels(meta["confidence_level"]).inc()
+        for code, message in notices:
+            metrics.notice(code)
+            self.stream.publish("notice", {"code": code, "message": message})
+
+    def _check_citations(self, retrieval: Retrieval) -> None:
+        """A model's answer that cites no source, or cites a number it was not given, is said to be so."""
+        state = self.state
+        state.invalid_markers = tuple(invalid_markers(self.stream.text(), range(1, len(retrieval.sources) + 1)))
+        uncited = not state.cited and bool(retrieval.sources) and retrieval.mode != "selection"
+        if not (uncited or state.invalid_markers):
+            return
+        message = _NOTICE_UNCITED if uncited else _NOTICE_BAD_MARKERS
+        metrics.notice("uncited")
+        self.stream.publish("notice", {"code": "uncited", "message": message})
+
+    def _done(self, finish_reason: str, timings: dict[str, float]) -> None:
+        state = self.state
+        usage = state.usage or Usage(0, 0)
+        self.stream.publish(
+            "done",
+            {
+                "message_id": self.stream.message_id,
+                "finish_reason": finish_reason,
+                "cited": list(state.cited),
+                "invalid_markers": list(state.invalid_markers),
+                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+                "timings_ms": timings,
+            },
+        )
+
+    async def _answer_from_faq(self) -> None:
+        scope = {"requested_module": self.question.module, "searched": "all", "note": None}
+        self._open(self._meta(0.0, "none", scope), [], [*self.notices, ("fallback_faq", _NOTICE_FAQ)])
+        self.state.model = "faq"
+        self.stream.add_token(self.chat.faq.answer_text(self.question.text))
+        self._done("fallback", {"retrieval": 0.0, "first_token": 0.0, "total": 0.0})
+
+    def _decline(self, retrieval: Retrieval) -> None:
+        self.state.confidence = retrieval.confidence
+        self.state.model = "decline"
+        metrics.DECLINES.inc()
+        meta = self._meta(retrieval.confidence, retrieval.level, retrieval.scope.event())
+        notices = self.notices + [(n.code, n.message) for n in retrieval.notices]
+        self._open(meta, [s.event() for s in retrieval.related], notices)
+        lines = ["I couldn't find this in the textbook, so I won't guess."]
+        if retrieval.related:
+            lines.append("These sections are the closest to your question:\n")
+            lines += [f"- [{' › '.join(s.heading_path) or s.title}]({s.url})" for s in retrieval.related]
+        self.stream.add_token("\n".join(lines))
+        timings = {**retrieval.timings_ms, "first_token": 0.0, "total": retrieval.timings_ms["retrieval"]}
+        self._done("declined", timings)
+
+    async def _answer(self, retrieval: Retrieval, history: asyncio.Task[list[Turn]]) -> None:
+        chat, stream, state = self.chat, self.stream, self.state
+        state.sources = retrieval.sources
+        state.confidence = retrieval.confidence
+        all_notices = self.notices + [(n.code, n.message) for n in retrieval.notices]
+        if not chat.llm_enabled:
+            all_notices.append(("offline_generator", _NOTICE_OFFLINE))
+        meta = self._meta(retrieval.confidence, retrieval.level, retrieval.scope.event())
+        self._open(meta, [s.event() for s in retrieval.sources], all_notices)
+
+        generation = GenerationRequest(
+            question=self.question.text,
+            sources=retrieval.sources,
+            history=await history,
+            mode=retrieval.mode,
+            selected_text=self.question.selected_text,
+            low_confidence=retrieval.level == "low",
+        )
+        first_token_ms: float | None = None
+        finish_reason = "stop"
+        events = chat.generator.stream(generation)
+        try:
+            async for event in events:
+                if isinstance(event, Token):
+                    if first_token_ms is None:
+                        first_token_ms = (time.perf_counter() - self.started) * 1000
+                        metrics.FIRST_TOKEN_SECONDS.observe(first_token_ms / 1000)
+                    stream.add_token(event.text)
+                elif isinstance(event, GenNotice):
+                    if event.code in ("llm_retry", "offline_generator"):  # the generator says why: a failed attempt
+                        metrics.LLM_ERRORS.inc()
+                    metrics.notice(event.code)
+                    stream.publish("notice", {"code": event.code, "message": event.message})
+                elif isinstance(event, Finished):
+                    finish_reason = event.finish_reason
+                    state.usage = event.usage
+                    state.model = event.model
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]  # closes the upstream HTTP stream at once
+        state.cited = tuple(cited_numbers(stream.text(), len(retrieval.sources)))
+        if chat.llm_enabled:
+            self._check_citations(retrieval)
+        total_ms = (time.perf_counter() - self.started) * 1000
+        timings = {
+            "retrieval": retrieval.timings_ms.get("retrieval", 0.0),
+            "first_token": round(first_token_ms or total_ms, 2),
+            "total": round(total_ms, 2),
+        }
+        self._done(finish_reason, timings)
+
+    async def _history(self) -> list[Turn]:
+        store, session = self.chat.store, self.session
+        if store is None or not session.persisted or not store.available:
+            return []
+        if session.token is not None:  # created by this very request: there are no earlier turns
+            return []
+        try:
+            messages = await store.history(session.id, limit=500)
+        except DatabaseUnavailable:
+            return []
+        exchange = self.exchange
+        current = {exchange.user_message_id, exchange.assistant_message_id} if exchange else set()
+        turns = [
+            Turn(role=m.role, content=m.content)
+            for m in messages
+            if m.id not in current and m.content and (m.role == "user" or m.status == "complete")
+        ]
+        return turns[-HISTORY_MESSAGES:]
+
+    def _end_cancelled(self) -> None:
+        stream = self.stream
+        self.state.status = "interrupted"
+        if stream.ended:
+            return
+        if stream.cancel_reason == "shutdown":
+            stream.publish(
+                "error",
+                {
+                    "code": "server_restarting",
+                    "message": "The server is restarting; please ask again.",
+                    "retryable": True,
+                },
+            )
+        else:
+            total = round((time.perf_counter() - self.started) * 1000, 2)
+            self._done("cancelled", {"retrieval": 0.0, "first_token": 0.0, "total": total})
+
+    async def _persist(self, writer: AnswerWriter) -> None:
+        state = self.state
+        by_n = {s.n: s for s in state.sources}
+        citations = [
+            Citation(
+                position=n,
+                chunk_id=by_n[n].chunk_id,
+                module=by_n[n].module,
+                chapter=by_n[n].chapter,
+                title=by_n[n].title,
+                url=by_n[n].url,
+                relevance_score=round(by_n[n].score, 4),
+                excerpt=by_n[n].excerpt,
+            )
+            for n in state.cited
+            if n in by_n
+        ]
+        completion = Completion(
+            content=self.stream.text(),
+            status=state.status,  # type: ignore[arg-type]
+            confidence=None if state.confidence is None else max(0.0, min(1.0, state.confidence)),
+            model=state.model,
+            prompt_tokens=state.usage.prompt_tokens if state.usage else None,
+            completion_tokens=state.usage.completion_tokens if state.usage else None,
+            latency_ms=int((time.perf_counter() - self.started) * 1000),
+            citations=citations,
+        )
+        message_id = uuid.UUID(self.stream.message_id)
+        written = writer.submit(message_id, completion, self.late)
+        try:
+            # The terminal event waits for the write (history read right after `done` has the answer), but only
+            # briefly: in an outage or a burst the writer keeps the answer and the reader is not held up.
+            await asyncio.wait_for(asyncio.shield(written), timeout=PERSIST_WAIT_S)
+        except TimeoutError:
+            log.info("answer queued for writing", extra={"message_id": str(message_id)})
+
+
+async def retrieve(chat: ChatService, question: Question) -> Retrieval | None:
     """Retrieval, or None when it is down (the FAQ answers instead)."""
     if chat.retriever is None:
         return None
     started = time.perf_counter()
     try:
         return await chat.retriever.retrieve(
-            request.question, module=request.module, selected_text=request.selected_text
+            question.text, module=question.module, selected_text=question.selected_text
         )
     except ServiceUnavailable as exc:
         log.warning("retrieval unavailable (%s); answering from the FAQ", exc.code)
@@ -171,223 +364,6 @@ async def retrieve(chat: ChatService, request: ChatRequest) -> Retrieval | None:
     finally:
         metrics.RETRIEVAL_SECONDS.observe(time.perf_counter() - started)
     return None
-
-
-def _meta(meta_base: dict[str, Any], confidence: float, level: str, scope: dict[str, Any]) -> dict[str, Any]:
-    return {**meta_base, "confidence": round(confidence, 4), "confidence_level": level, "scope": scope}
-
-
-def _open(
-    stream: MessageStream, meta: dict[str, Any], sources: list[dict[str, Any]], notices: list[tuple[str, str]]
-) -> None:
-    stream.publish("meta", meta)
-    stream.publish("sources", {"sources": sources})
-    metrics.CONFIDENCE.labels(meta["confidence_level"]).inc()
-    for code, message in notices:
-        metrics.notice(code)
-        stream.publish("notice", {"code": code, "message": message})
-
-
-def _check_citations(stream: MessageStream, retrieval: Retrieval, state: _RunState) -> None:
-    """A model's answer that cites no source, or cites a number it was not given, is said to be so."""
-    state.invalid_markers = tuple(invalid_markers(stream.text(), range(1, len(retrieval.sources) + 1)))
-    uncited = not state.cited and bool(retrieval.sources) and retrieval.mode != "selection"
-    if not (uncited or state.invalid_markers):
-        return
-    message = _NOTICE_UNCITED if uncited else _NOTICE_BAD_MARKERS
-    metrics.notice("uncited")
-    stream.publish("notice", {"code": "uncited", "message": message})
-
-
-def _done(stream: MessageStream, finish_reason: str, state: _RunState, timings: dict[str, float]) -> None:
-    usage = state.usage or Usage(0, 0)
-    stream.publish(
-        "done",
-        {
-            "message_id": stream.message_id,
-            "finish_reason": finish_reason,
-            "cited": list(state.cited),
-            "invalid_markers": list(state.invalid_markers),
-            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
-            "timings_ms": timings,
-        },
-    )
-
-
-async def _answer_from_faq(
-    chat: ChatService,
-    stream: MessageStream,
-    request: ChatRequest,
-    meta_base: dict[str, Any],
-    notices: list[tuple[str, str]],
-    state: _RunState,
-) -> None:
-    scope = {"requested_module": request.module, "searched": "all", "note": None}
-    _open(stream, _meta(meta_base, 0.0, "none", scope), [], [*notices, ("fallback_faq", _NOTICE_FAQ)])
-    state.model = "faq"
-    stream.add_token(chat.faq.answer_text(request.question))
-    _done(stream, "fallback", state, {"retrieval": 0.0, "first_token": 0.0, "total": 0.0})
-
-
-def _decline(
-    stream: MessageStream,
-    retrieval: Retrieval,
-    meta_base: dict[str, Any],
-    notices: list[tuple[str, str]],
-    state: _RunState,
-) -> None:
-    state.confidence = retrieval.confidence
-    state.model = "decline"
-    metrics.DECLINES.inc()
-    meta = _meta(meta_base, retrieval.confidence, retrieval.level, retrieval.scope.event())
-    _open(
-        stream, meta, [s.event() for s in retrieval.related], notices + [(n.code, n.message) for n in retrieval.notices]
-    )
-    lines = ["I couldn't find this in the textbook, so I won't guess."]
-    if retrieval.related:
-        lines.append("These sections are the closest to your question:\n")
-        lines += [f"- [{' › '.join(s.heading_path) or s.title}]({s.url})" for s in retrieval.related]
-    stream.add_token("\n".join(lines))
-    _done(
-        stream,
-        "declined",
-        state,
-        {**retrieval.timings_ms, "first_token": 0.0, "total": retrieval.timings_ms["retrieval"]},
-    )
-
-
-async def _answer(
-    chat: ChatService,
-    stream: MessageStream,
-    request: ChatRequest,
-    history: asyncio.Task[list[Turn]],
-    retrieval: Retrieval,
-    meta_base: dict[str, Any],
-    notices: list[tuple[str, str]],
-    state: _RunState,
-    started: float,
-) -> None:
-    state.sources = retrieval.sources
-    state.confidence = retrieval.confidence
-    all_notices = notices + [(n.code, n.message) for n in retrieval.notices]
-    if not chat.llm_enabled:
-        all_notices.append(("offline_generator", _NOTICE_OFFLINE))
-    meta = _meta(meta_base, retrieval.confidence, retrieval.level, retrieval.scope.event())
-    _open(stream, meta, [s.event() for s in retrieval.sources], all_notices)
-
-    generation = GenerationRequest(
-        question=request.question,
-        sources=retrieval.sources,
-        history=await history,
-        mode=retrieval.mode,
-        selected_text=request.selected_text,
-        low_confidence=retrieval.level == "low",
-    )
-    first_token_ms: float | None = None
-    finish_reason = "stop"
-    events = chat.generator.stream(generation)
-    try:
-        async for event in events:
-            if isinstance(event, Token):
-                if first_token_ms is None:
-                    first_token_ms = (time.perf_counter() - started) * 1000
-                    metrics.FIRST_TOKEN_SECONDS.observe(first_token_ms / 1000)
-                stream.add_token(event.text)
-            elif isinstance(event, GenNotice):
-                if event.code in ("llm_retry", "offline_generator"):  # the generator says why: a failed attempt
-                    metrics.LLM_ERRORS.inc()
-                metrics.notice(event.code)
-                stream.publish("notice", {"code": event.code, "message": event.message})
-            elif isinstance(event, Finished):
-                finish_reason = event.finish_reason
-                state.usage = event.usage
-                state.model = event.model
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]  # closes the upstream HTTP stream at once
-    state.cited = tuple(cited_numbers(stream.text(), len(retrieval.sources)))
-    if chat.llm_enabled:
-        _check_citations(stream, retrieval, state)
-    total_ms = (time.perf_counter() - started) * 1000
-    timings = {
-        "retrieval": retrieval.timings_ms.get("retrieval", 0.0),
-        "first_token": round(first_token_ms or total_ms, 2),
-        "total": round(total_ms, 2),
-    }
-    _done(stream, finish_reason, state, timings)
-
-
-async def _history(chat: ChatService, session: Session, exchange: Exchange | None) -> list[Turn]:
-    if chat.store is None or not session.persisted or not chat.store.available:
-        return []
-    if session.token is not None:  # created by this very request: there are no earlier turns
-        return []
-    try:
-        messages = await chat.store.history(session.id, limit=500)
-    except DatabaseUnavailable:
-        return []
-    current = {exchange.user_message_id, exchange.assistant_message_id} if exchange else set()
-    turns = [
-        Turn(role=m.role, content=m.content)
-        for m in messages
-        if m.id not in current and m.content and (m.role == "user" or m.status == "complete")
-    ]
-    return turns[-HISTORY_MESSAGES:]
-
-
-def _end_cancelled(stream: MessageStream, state: _RunState, started: float) -> None:
-    state.status = "interrupted"
-    if stream.ended:
-        return
-    if stream.cancel_reason == "shutdown":
-        stream.publish(
-            "error",
-            {"code": "server_restarting", "message": "The server is restarting; please ask again.", "retryable": True},
-        )
-    else:
-        total = round((time.perf_counter() - started) * 1000, 2)
-        _done(stream, "cancelled", state, {"retrieval": 0.0, "first_token": 0.0, "total": total})
-
-
-async def _persist(
-    writer: AnswerWriter,
-    message_id: uuid.UUID,
-    late: LateQuestion | None,
-    stream: MessageStream,
-    state: _RunState,
-    started: float,
-) -> None:
-    by_n = {s.n: s for s in state.sources}
-    citations = [
-        Citation(
-            position=n,
-            chunk_id=by_n[n].chunk_id,
-            module=by_n[n].module,
-            chapter=by_n[n].chapter,
-            title=by_n[n].title,
-            url=by_n[n].url,
-            relevance_score=round(by_n[n].score, 4),
-            excerpt=by_n[n].excerpt,
-        )
-        for n in state.cited
-        if n in by_n
-    ]
-    completion = Completion(
-        content=stream.text(),
-        status=state.status,  # type: ignore[arg-type]
-        confidence=None if state.confidence is None else max(0.0, min(1.0, state.confidence)),
-        model=state.model,
-        prompt_tokens=state.usage.prompt_tokens if state.usage else None,
-        completion_tokens=state.usage.completion_tokens if state.usage else None,
-        latency_ms=int((time.perf_counter() - started) * 1000),
-        citations=citations,
-    )
-    written = writer.submit(message_id, completion, late)
-    try:
-        # The terminal event waits for the write (history read right after `done` has the answer), but only
-        # briefly: in an outage or a burst the writer keeps the answer and the reader is not held up.
-        await asyncio.wait_for(asyncio.shield(written), timeout=PERSIST_WAIT_S)
-    except TimeoutError:
-        log.info("answer queued for writing", extra={"message_id": str(message_id)})
 
 
 PERSIST_WAIT_S = 2.0  # how long `done` waits for the answer to be in Postgres

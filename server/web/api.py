@@ -19,12 +19,12 @@ from starlette.responses import JSONResponse, Response
 
 from server.chat import exchange as chat_pipeline
 from server.chat import message_events
+from server.chat.question import Asker, Question, SessionRef
 from server.chat.service import ChatService, Started
 from server.core import logs, schemas
 from server.core.errors import (
     BadRequest,
     NotFound,
-    RateLimited,
     ServiceUnavailable,
     Unauthorized,
     UnsupportedMediaType,
@@ -56,7 +56,7 @@ class Caller:
 
     @property
     def key(self) -> str:
-        return f"user:{self.user_id}" if self.user_id else f"ip:{self.client}"
+        return ratelimit.caller_key(self.client, self.user_id)
 
 
 async def caller(request: Request, kind: ratelimit.Kind) -> Caller:
@@ -145,33 +145,21 @@ async def _start(request: Request) -> tuple[Started, Caller]:
     body = schemas.parse_chat_request(await read_json(request))  # a malformed request costs no budget
     who = await identify(request)
     service = chat_service(request)
-    slots = services(request).slots
-    slot = uuid.uuid4().hex
-    if slots is not None:
-        try:
-            # Before the budget: a question refused for too many open answers costs nothing.
-            await slots.acquire(who.key, slot)
-        except RateLimited as busy:
-            limiter = services(request).limiter
-            if limiter is not None:
-                budget = await limiter.peek("ask", client=who.client, user_id=who.user_id)
-                busy.headers = {**budget.headers(), **busy.headers}
-            raise
-
-    async def release() -> None:
-        if slots is not None:
-            await slots.release(who.key, slot)
-
-    try:
-        who = await spend(request, who, "ask")
-        started = await chat_pipeline.start(service, body, user_id=who.user_id, caller=who.key, on_finish=release)
-    except BaseException:
-        await release()
-        raise
-    if not started.created:
-        await release()  # attached to an earlier answer: nothing new is generated
+    question = Question(
+        text=body.question,
+        asker=Asker(who.key, who.user_id),
+        session=SessionRef(body.session_id, body.session_token),
+        module=body.module,
+        selected_text=body.selected_text,
+        client_request_id=body.client_request_id,
+    )
+    svc = services(request)
+    async with ratelimit.admit(svc.limiter, svc.slots, client=who.client, user_id=who.user_id) as admitted:
+        started = await chat_pipeline.start(service, question, on_finish=admitted.release)
+        if started.created:
+            admitted.keep()  # the answer's run gives the slot back when it ends
     bind_message(request, started.message_id)
-    return started, who
+    return started, Caller(who.client, who.user_id, admitted.headers)
 
 
 async def chat(request: Request) -> Response:

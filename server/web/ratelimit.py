@@ -4,6 +4,9 @@ Questions cost ``RATE_LIMIT_ANON`` per client address or ``RATE_LIMIT_USER`` per
 have ``RATE_LIMIT_READ``. Storage is Redis when configured (shared by every worker), else memory; if Redis
 fails mid-run the limits carry on in memory with a logged warning and go back to Redis later, so a limit
 never turns into a 500. Headers follow the IETF RateLimit draft plus ``Retry-After`` on a 429.
+
+A question is let in by ``admit``, in one call from the handler: a stream slot (``MAX_STREAMS_PER_CLIENT``),
+then one unit of the ask budget.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import ipaddress
 import logging
 import math
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -128,6 +133,11 @@ class RateLimiter:
             self._redis_down_until = time.monotonic() + REDIS_RETRY_S
             return await self._hit(item, name, key)
         return allowed, stats.reset_time, stats.remaining
+
+
+def caller_key(client: str, user_id: str | None) -> str:
+    """The identity a caller's stream slots are counted under: the signed-in user, else the client address."""
+    return f"user:{user_id}" if user_id else f"ip:{client}"
 
 
 def client_address(peer: str | None, forwarded_for: str | None, trusted: Sequence[Network]) -> str:
@@ -277,3 +287,55 @@ class StreamSlots:
             retry_after=5,
             code="too_many_streams",
         )
+
+
+class Admission:
+    """A question let in: the ask budget's headers for its response, and the stream slot it holds."""
+
+    def __init__(self, slots: StreamSlots | None, key: str, slot: str) -> None:
+        self.headers: dict[str, str] = {}
+        self.kept = False
+        self._slots = slots
+        self._key = key
+        self._slot = slot
+        self._released = False
+
+    def keep(self) -> None:
+        """The slot now belongs to the answer's run, which gives it back (``release``) when it ends."""
+        self.kept = True
+
+    async def release(self) -> None:
+        """Give the slot back; once is enough, and a second call does nothing."""
+        if self._released:
+            return
+        self._released = True
+        if self._slots is not None:
+            await self._slots.release(self._key, self._slot)
+
+
+@asynccontextmanager
+async def admit(
+    limiter: RateLimiter | None, slots: StreamSlots | None, *, client: str, user_id: str | None
+) -> AsyncIterator[Admission]:
+    """Let a question in, or refuse it with 429: first a stream slot, so a question refused for too many open
+    answers costs nothing (its 429 carries the ask budget as it stands); then one unit of the ask budget, and
+    a question refused for that gives its slot back. Leaving the block gives the slot back too, unless
+    ``Admission.keep`` handed it to the answer's run (a question attached to an earlier answer, or one that
+    failed to start, generates nothing)."""
+    key, slot = caller_key(client, user_id), uuid.uuid4().hex
+    if slots is not None:
+        try:
+            await slots.acquire(key, slot)
+        except RateLimited as busy:
+            if limiter is not None:
+                budget = await limiter.peek("ask", client=client, user_id=user_id)
+                busy.headers = {**budget.headers(), **busy.headers}
+            raise
+    admission = Admission(slots, key, slot)
+    try:
+        if limiter is not None:
+            admission.headers = (await limiter.hit("ask", client=client, user_id=user_id)).headers()
+        yield admission
+    finally:
+        if not admission.kept:
+            await admission.release()
