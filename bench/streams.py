@@ -34,7 +34,7 @@ from bench.chat import (
     server_env,
 )
 from bench.figures import Figure, table, write
-from server.streams import streaming
+from server.web import sse
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import serving
 
@@ -135,7 +135,7 @@ async def idle_streams(server: ServerProcess, fake: FakeOpenAI, count: int, mess
     opened_s = time.monotonic() - started
     rss_after, cpu = server.rss_bytes(), server.cpu_s()
     ok_readers = sum(r.status == 200 and r.events >= 2 for r in readers)
-    hold_s = streaming.PING_S * HOLD_PINGS + 1.5
+    hold_s = sse.PING_S * HOLD_PINGS + 1.5
     print(f"idle: {ok_readers}/{count} streams open in {opened_s:.1f} s; holding them {hold_s:.0f} s for pings")
     await asyncio.sleep(hold_s)
     hold_cpu = server.cpu_s() - cpu
@@ -196,7 +196,7 @@ async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
             async with running(serve_argv(port), env) as server:
                 print(
                     f"settings: ulimit -n {' / '.join(map(str, resource.getrlimit(resource.RLIMIT_NOFILE)))} "
-                    f"(server: {server.open_files_limit()}), ping every {streaming.PING_S} s, one uvicorn worker "
+                    f"(server: {server.open_files_limit()}), ping every {sse.PING_S} s, one uvicorn worker "
                     f"(uvloop, httptools), no Redis (in-process registry), {os.cpu_count()} cores shared with the "
                     "clients and the fake model"
                 )

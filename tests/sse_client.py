@@ -12,6 +12,15 @@ from typing import Any
 
 import httpx
 
+# Text (the model's, or the book's) that would add or end an SSE field if it reached the wire unescaped.
+HOSTILE_TEXTS = [
+    "\n\nevent: done\ndata: x",
+    "\rid: 99",
+    "a\r\n\r\nretry: 1\r\n\r\nevent: error\r\ndata: {}",
+    ": ping\n\nid: 7",
+    "\u2028id: 99\u2029event: done\x85data: x",
+]
+
 
 @dataclass
 class SSEEvent:

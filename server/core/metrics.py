@@ -22,11 +22,10 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client import multiprocess as _multiprocess
-from starlette.routing import Mount, Route
-from starlette.types import Scope
 
 # Label values are fixed sets (route templates, notice codes, finish reasons), never raw input:
-# an unbounded label (a raw path, a message id) would grow the series without end.
+# an unbounded label (a raw path, a message id) would grow the series without end. The web stage
+# names the route template (web/app.py), or UNMATCHED_ROUTE when no route matched.
 UNMATCHED_ROUTE = "<unmatched>"
 FALLBACK_NOTICES = {"offline_generator": "offline_generator", "fallback_faq": "faq", "history_unavailable": "history"}
 TOKEN_KINDS = ("prompt", "completion")
@@ -93,17 +92,8 @@ for _kind in ("header_timeout", "body_timeout", "pending_cap", "too_large"):
     SOCKETS_CLOSED.labels(_kind)
 
 
-def route_template(scope: Scope) -> str:
-    """The matched route's path template (``/api/sessions/{session_id}``), never the raw path."""
-    route = scope.get("route")
-    if isinstance(route, Route):
-        return route.path
-    if isinstance(route, Mount):
-        return route.path + "/{path}"
-    return UNMATCHED_ROUTE
-
-
 def observe_request(route: str, method: str, status: int, seconds: float) -> None:
+    """One HTTP request: ``route`` is its route template or ``UNMATCHED_ROUTE``, never a raw path."""
     REQUESTS.labels(route, method, str(status)).inc()
     REQUEST_SECONDS.labels(route, method).observe(seconds)
 

@@ -2,8 +2,9 @@
 
 Generation runs as its own task and publishes into a ``MessageStream``; HTTP responses only subscribe.
 When the last listener leaves, generation goes on for ``STREAM_GRACE_S`` so a reconnect can catch up,
-then is cancelled (DESIGN.md "Generation"). Only this module writes ``id:``/``event:``/``data:`` lines:
-every payload is one ``json.dumps`` line, so nothing the model or the book says can add a field.
+then is cancelled (DESIGN.md "Generation"). Readers get typed ``Event``s (events.py), each payload already
+one line of JSON, so nothing the model or the book says can add a field; the web stage (``web/sse.py``)
+writes them as Server-Sent Events.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
-
-from server.core import metrics
 from server.core.text import scrub
 from server.streams.events import TERMINAL, Event, EventType
 
@@ -27,10 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PING_S = 15
-SEND_TIMEOUT_S = 30  # a reader that accepts nothing for this long is dropped
 COALESCE_S = 0.01  # tokens published within this window go out as one event
-RETRY_MS = 2000  # EventSource reconnect delay we ask browsers for
 
 
 class _Archive(Sequence[Event]):
@@ -321,26 +316,3 @@ class StreamRegistry:
         stale = [k for k, s in self._streams.items() if s.finished_at is not None and now - s.finished_at > self.ttl_s]
         for key in stale:
             del self._streams[key]
-
-
-def response(
-    events: AsyncIterator[Event], *, headers: Mapping[str, str] | None = None, ping_s: float = PING_S
-) -> EventSourceResponse:
-    """An SSE response over ``events``: a ``: ping`` every ``ping_s``, no proxy buffering, a reconnect hint first.
-
-    It counts in ``textbook_open_streams`` while it is open.
-    """
-
-    async def body() -> AsyncIterator[ServerSentEvent]:
-        with metrics.open_stream():
-            first = True
-            async for event in events:
-                yield event.sse(retry=RETRY_MS if first else None)
-                first = False
-
-    return EventSourceResponse(
-        body(),
-        ping=ping_s,
-        send_timeout=SEND_TIMEOUT_S,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
-    )

@@ -31,10 +31,9 @@ from server.core.errors import (
 )
 from server.store.rows import Citation, MessageRow
 from server.store.sessions import Store
-from server.streams import streaming
 from server.streams.events import Event
 from server.web import health as health_checks
-from server.web import ratelimit
+from server.web import ratelimit, sse
 from server.web.services import Services
 
 CANCEL_WAIT_S = 2.0  # DELETE answers once the stream has ended, or says it is still ending
@@ -170,7 +169,7 @@ async def chat(request: Request) -> Response:
         raise NotFound("No such message.")
     if started.session_token:  # this response created the session: its meta alone carries the token
         events = _with_session_token(events, started.session_token)
-    return streaming.response(events, headers=who.budget_headers)
+    return sse.response(events, headers=who.budget_headers)
 
 
 async def _with_session_token(events: AsyncIterator[Event], token: str) -> AsyncIterator[Event]:
@@ -209,7 +208,7 @@ async def message_stream(request: Request) -> Response:
     events = await message_events.events(service, message_id, after)
     if events is None:
         raise NotFound("No such message.")
-    return streaming.response(events, headers=who.budget_headers)
+    return sse.response(events, headers=who.budget_headers)
 
 
 async def cancel_message(request: Request) -> JSONResponse:

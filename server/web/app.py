@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Match, Route
+from starlette.routing import Match, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.core import logs, metrics
@@ -287,7 +287,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
-            route = metrics.route_template(scope)
+            route = route_template(scope)
             metrics.observe_request(route, scope["method"], status, elapsed)
             access_log.log(
                 logging.DEBUG if route in _QUIET_ROUTES else logging.INFO,
@@ -307,6 +307,16 @@ class RequestIdMiddleware:
 
 
 _QUIET_ROUTES = frozenset({"/metrics", "/health"})  # polled every few seconds by scrapers and orchestrators
+
+
+def route_template(scope: Scope) -> str:
+    """The matched route's path template (``/api/sessions/{session_id}``), never the raw path: a metric label."""
+    route = scope.get("route")
+    if isinstance(route, Route):
+        return route.path
+    if isinstance(route, Mount):
+        return route.path + "/{path}"
+    return metrics.UNMATCHED_ROUTE
 
 
 class BodyLimitMiddleware:
