@@ -30,7 +30,7 @@ RELAY_PATH = "/relay"
 MAX_CONNECTIONS = 1000
 
 
-def create_app(llm_url: str | None = None) -> Starlette:
+def create_app(llm_url: str | None = None, max_connections: int = MAX_CONNECTIONS) -> Starlette:
     """``POST /relay`` with ``{"question"}`` streams the model's answer; ``GET /health`` says it is up."""
     base_url = llm_url or os.environ["OPENAI_BASE_URL"]
 
@@ -42,7 +42,7 @@ def create_app(llm_url: str | None = None) -> Starlette:
             timeout=openai.Timeout(20.0, connect=5.0),
             max_retries=0,
             http_client=openai.DefaultAsyncHttpx2Client(
-                limits=_limits(MAX_CONNECTIONS), timeout=20.0
+                limits=_limits(max_connections), timeout=20.0
             ),  # the server's pool size, so both can run as many upstream streams
         )
         yield {"client": client}
@@ -89,10 +89,11 @@ def _limits(max_connections: int) -> Any:
 
 
 @contextmanager
-def relay_process(port: int, llm_url: str) -> Iterator[subprocess.Popen[bytes]]:
+def relay_process(port: int, llm_url: str, max_connections: int = MAX_CONNECTIONS) -> Iterator[subprocess.Popen[bytes]]:
     """The relay in its own process (so its CPU can be read from /proc), stopped when the block ends."""
+    argv = ["--port", str(port), "--llm", llm_url, "--max-connections", str(max_connections)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.ceiling", "--port", str(port), "--llm", llm_url],
+        [sys.executable, "-m", "bench.ceiling", *argv],
         cwd=Path(__file__).resolve().parents[1],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -113,8 +114,11 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--llm", required=True, help="the OpenAI-compatible base URL, e.g. http://127.0.0.1:8200/v1")
+    parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, help="its pool to the model")
     args = parser.parse_args()
-    uvicorn.run(create_app(args.llm), host=args.host, port=args.port, log_config=None, access_log=False)
+    uvicorn.run(
+        create_app(args.llm, args.max_connections), host=args.host, port=args.port, log_config=None, access_log=False
+    )
 
 
 if __name__ == "__main__":

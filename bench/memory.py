@@ -57,7 +57,7 @@ QUESTIONS = [
 MB = 2**20
 
 
-async def _index(book: Path, data_dir: Path) -> None:
+async def index_book(book: Path, data_dir: Path) -> None:
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "warning"})
     async with open_services(settings, retrieval=True) as services:
         assert services.index is not None and services.embedder is not None
@@ -68,7 +68,7 @@ async def _index(book: Path, data_dir: Path) -> None:
 
 
 async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
-    await _index(args.book, data_dir)
+    await index_book(args.book, data_dir)
     with scratch_database() as database_url:
         figures = await _offline(args, data_dir, database_url)
         figures += await _serving_the_book(args, data_dir, database_url)

@@ -176,3 +176,23 @@ async def test_a_head_over_the_limit_is_a_json_431_before_it_is_whole(served: Se
         received = await asyncio.wait_for(reader.read(), timeout=5)
         writer.close()
     assert received.startswith(b"HTTP/1.1 431") and b"request_headers_too_large" in received
+
+
+async def test_the_guard_adds_no_instance_dict_of_its_own_to_a_connection() -> None:
+    """Each open connection (an idle SSE reader) holds a protocol object: the guard's fields go into slots, so
+    uvicorn's key-sharing instance dict stays as small as without the guard."""
+    import sys
+
+    from uvicorn.config import Config
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from uvicorn.server import ServerState
+
+    from server.web.sockets import GuardedProtocol
+
+    config = Config(app=create_app(Settings.from_env({"LOG_FORMAT": "text"})))
+    config.load()
+    plain = HttpToolsProtocol(config, ServerState(), {})
+    guarded = GuardedProtocol(config, ServerState(), {}, guard=SocketGuard())
+    assert guarded.__dict__.keys() == plain.__dict__.keys()
+    # Shared keys: a few hundred bytes either way; a dict of its own would be five times that.
+    assert sys.getsizeof(guarded.__dict__) < 2 * sys.getsizeof(plain.__dict__)

@@ -230,3 +230,13 @@ def test_every_payload_is_a_single_json_line() -> None:
     line = Event(1, "token", data).json_line  # what web/sse.py sends as ``data:`` and the relay mirrors
     assert json.loads(line) == data
     assert not set(line) & {"\r", "\n", "\x85", "\u2028", "\u2029"}
+
+
+def test_an_event_keeps_its_payload_once_as_the_line_readers_are_sent() -> None:
+    """Every open answer keeps its events for replay: the payload is kept encoded, not also as dicts."""
+    event = Event(1, "token", {"text": "a\ud800b", "n": 1})
+    assert not hasattr(event, "__dict__") and set(Event.__slots__) == {"id", "event", "json_line"}
+    assert event.data == {"text": "a\ufffdb", "n": 1}  # read back as sent: a lone surrogate made U+FFFD
+    assert Event(1, "token", json_line=event.json_line) == event
+    with pytest.raises(AttributeError):
+        event.id = 2

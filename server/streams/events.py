@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from server.core.text import scrub
@@ -19,16 +18,48 @@ EventType = Literal["meta", "sources", "notice", "token", "done", "error"]
 TERMINAL: frozenset[str] = frozenset({"done", "error"})
 
 
-@dataclass(frozen=True, slots=True)
 class Event:
+    """``Event(id, event, data)``: ``data`` is encoded at once and only its line is kept.
+
+    The encoded line is all a reader (``web/sse.py``) or the relay needs, and a stream keeps its events for
+    replay: keeping the payload a second time as Python objects (the ``sources`` event's dicts, a dict per
+    token) would double what every open answer holds. ``data`` decodes the line when asked (the end of an
+    answer, a ``meta`` given its session token), so it reads back exactly what readers were sent.
+    """
+
+    __slots__ = ("id", "event", "json_line")
+
     id: int
     event: EventType
-    data: Mapping[str, Any]
-    json_line: str = ""  # the payload, encoded once however many readers the event goes to
+    json_line: str  # the payload, encoded once however many readers the event goes to
 
-    def __post_init__(self) -> None:
-        if not self.json_line:
-            object.__setattr__(self, "json_line", encode_data(self.data))
+    def __init__(self, id: int, event: EventType, data: Mapping[str, Any] | None = None, json_line: str = "") -> None:
+        if not json_line:
+            if data is None:
+                raise TypeError("an Event needs its data or its encoded line")
+            json_line = encode_data(data)
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "event", event)
+        object.__setattr__(self, "json_line", json_line)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        decoded: dict[str, Any] = json.loads(self.json_line)
+        return decoded
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"an Event is immutable; {name} cannot be set")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (self.id, self.event, self.json_line) == (other.id, other.event, other.json_line)
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.event, self.json_line))
+
+    def __repr__(self) -> str:
+        return f"Event(id={self.id!r}, event={self.event!r}, json_line={self.json_line!r})"
 
 
 # JSON leaves these raw, and clients that split lines like str.splitlines (httpx's aiter_lines among them)

@@ -10,7 +10,6 @@ writes them as Server-Sent Events.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -60,10 +59,10 @@ class _Archive(Sequence[Event]):
 
 def _revive(row: tuple[int, EventType, str]) -> Event:
     event_id, event, line = row
-    return Event(event_id, event, json.loads(line), line)
+    return Event(event_id, event, json_line=line)
 
 
-@dataclass
+@dataclass(slots=True)  # one per open answer: no instance dict beside its fields
 class MessageStream:
     """One message's events, in order; ``finished`` once ``done`` or ``error`` is published."""
 
@@ -109,7 +108,7 @@ class MessageStream:
         self.hold_terminal = False
         held, self._held = self._held, None
         if held is not None:
-            self._append(held.event, held.data)
+            self._append(held)
 
     @property
     def listeners(self) -> int:
@@ -128,7 +127,7 @@ class MessageStream:
             self._held = Event(id=len(self.events) + 1, event=event, data=data)
             self._stop_grace()
             return self._held
-        return self._append(event, data)
+        return self._append(Event(id=len(self.events) + 1, event=event, data=data))
 
     def add_token(self, text: str) -> None:
         """Queue model output: at most one ``token`` event per COALESCE_S; a token after a quiet spell goes at once."""
@@ -179,13 +178,13 @@ class MessageStream:
             self._pending_tokens
         )
 
-    def _append(self, event: EventType, data: Mapping[str, Any]) -> Event:
+    def _append(self, entry: Event) -> Event:
         assert isinstance(self.events, list), "a finished stream takes no events"
-        entry = Event(id=len(self.events) + 1, event=event, data=data)
+        assert entry.id == len(self.events) + 1, "events are numbered in the order they are published"
         self.events.append(entry)
         if self.on_event is not None:
             self.on_event(self.message_id, entry)
-        if event in TERMINAL:
+        if entry.event in TERMINAL:
             self.finished_at = time.monotonic()
             self._stop_grace()
             self.events = _Archive(self.events)
@@ -200,7 +199,7 @@ class MessageStream:
             text = "".join(self._pending_tokens)
             self._pending_tokens.clear()
             self._quiet_until = asyncio.get_running_loop().time() + COALESCE_S
-            self._append("token", {"text": text})
+            self._append(Event(id=len(self.events) + 1, event="token", data={"text": text}))
 
     def _start_grace(self) -> None:
         if self._grace_handle is not None or self.task is None:
