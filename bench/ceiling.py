@@ -89,10 +89,12 @@ def _limits(max_connections: int) -> Any:
 
 
 @contextmanager
-def relay_process(port: int, llm_url: str) -> Iterator[subprocess.Popen[bytes]]:
-    """The relay in its own process (so its CPU can be read from /proc), stopped when the block ends."""
+def relay_process(port: int, llm_url: str, *, cpus: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """The relay in its own process (so its CPU can be read from /proc), stopped when the block ends; pinned
+    to ``cpus`` (``taskset -c``) when given."""
+    pinned = ["taskset", "-c", cpus] if cpus else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.ceiling", "--port", str(port), "--llm", llm_url],
+        [*pinned, sys.executable, "-m", "bench.ceiling", "--port", str(port), "--llm", llm_url],
         cwd=Path(__file__).resolve().parents[1],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
