@@ -19,12 +19,12 @@ from datetime import UTC, datetime, timedelta
 
 from server.answer.prompts import HISTORY_BUDGET_TOKENS
 from server.chat.question import Question
-from server.chat.run import AnswerRun, discard, retrieve
+from server.chat.run import AnswerRun, discard, earlier_messages, retrieve
 from server.chat.service import ChatService, Session, Started
 from server.core import metrics
 from server.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
 from server.search.retrieval import CONTEXT_BUDGET_TOKENS
-from server.store.rows import Exchange, LateQuestion, hash_token
+from server.store.rows import Exchange, LateQuestion, MessageRow, hash_token
 from server.store.sessions import Store
 
 log = logging.getLogger(__name__)
@@ -44,37 +44,45 @@ async def start(
     The session token is sent once, in the response that created the session, and never again (replays and
     repeats omit it).
     """
-    if question.module is not None:
-        await _check_module(chat, question.module)
-    repeated = await _repeated_request(chat, question)
-    if repeated is not None:  # a double click or a retry: attach, and create no second session
-        return Started(
-            repeated.assistant_message_id,
-            repeated.session_id,
-            None,
-            chat.capabilities.stream_url(str(repeated.assistant_message_id)),
-            created=False,
-        )
-    notices: list[tuple[str, str]] = []
-    # Retrieval needs nothing from the database: it runs while the session and the question are stored,
-    # and is dropped if the request is refused or turns out to be a repeat.
+    # Retrieval needs nothing from the database and decides the first token: it starts before anything is
+    # read or written, runs while the session and the question are stored, and is dropped if the request is
+    # refused or turns out to be a repeat. The earlier turns are read beside the question's own write.
     started = time.perf_counter()
     retrieval = asyncio.create_task(retrieve(chat, question))
-    asked_at = datetime.now(UTC)
+    history: asyncio.Task[list[MessageRow]] | None = None
     try:
+        if question.module is not None:
+            await _check_module(chat, question.module)
+        repeated = await _repeated_request(chat, question)
+        if repeated is not None:  # a double click or a retry: attach, and create no second session
+            discard(retrieval)
+            return Started(
+                repeated.assistant_message_id,
+                repeated.session_id,
+                None,
+                chat.capabilities.stream_url(str(repeated.assistant_message_id)),
+                created=False,
+            )
+        notices: list[tuple[str, str]] = []
+        asked_at = datetime.now(UTC)
         session = await _session(chat, question, notices)
+        history = asyncio.create_task(earlier_messages(chat, session))
         exchange = await _exchange(chat, session, question, notices)
         if exchange is not None and exchange.session_id != session.id:
             raise Conflict("This client_request_id was already used in another conversation.")
     except BaseException:
         discard(retrieval)
+        if history is not None:
+            discard(history)
         raise
+    assert history is not None  # set once the session is known, which the try above either reached or raised
     message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
     # The database could not take the question in time: it goes to the answer writer with its answer.
     late = None if chat.store is None or exchange is not None else _late(chat, question, session, asked_at)
     stream_url = chat.capabilities.stream_url(str(message_id))
     if exchange is not None and not exchange.created:
         discard(retrieval)
+        discard(history)
         return Started(message_id, exchange.session_id, None, stream_url, created=False)
     _log_question(question, str(message_id))
     stream = chat.registry.create(str(message_id))
@@ -85,7 +93,7 @@ async def start(
         "mode": question.mode,
     }
     answer = AnswerRun(chat, stream, question, session, exchange, late, meta_base, notices, started)
-    stream.task = asyncio.create_task(answer.run(retrieval, on_finish), name=f"chat-{message_id}")
+    stream.task = asyncio.create_task(answer.run(retrieval, history, on_finish), name=f"chat-{message_id}")
     return Started(message_id, session.id, session.token, stream_url, created=True)
 
 
