@@ -24,7 +24,7 @@ from server.chat.service import ChatService, Session, Started
 from server.core import metrics
 from server.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
 from server.search.retrieval import CONTEXT_BUDGET_TOKENS
-from server.store.rows import Exchange, LateQuestion, MessageRow, hash_token
+from server.store.rows import Exchange, LateQuestion, MessageRow, SessionToCreate, hash_token
 from server.store.sessions import Store
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ async def start(
         asked_at = datetime.now(UTC)
         session = await _session(chat, question, notices)
         history = asyncio.create_task(earlier_messages(chat, session))
-        exchange = await _exchange(chat, session, question, notices)
+        session, exchange = await _exchange(chat, session, question, notices)
         if exchange is not None and exchange.session_id != session.id:
             raise Conflict("This client_request_id was already used in another conversation.")
     except BaseException:
@@ -185,9 +185,10 @@ async def _session(chat: ChatService, question: Question, notices: list[tuple[st
                 raise NotFound("No such session.", code="session_not_found")
             await _check_token_budget(chat.store, asked_in.id, chat.daily_tokens)
             return Session(asked_in.id, None, persisted=True)
-        metadata = _session_metadata(chat, question.asker.key)
-        created = await chat.store.create_session(user_id=user_id, metadata=metadata)
-        return Session(created.id, created.token, persisted=True)
+        # A new session's id and token are made here and the row is written with the question, in one
+        # statement (``_exchange``): nothing about a new session can be refused.
+        created = SessionToCreate.new(user_id=user_id, metadata=_session_metadata(chat, question.asker.key))
+        return Session(created.id, created.token, persisted=True, to_create=created)
     except DatabaseUnavailable:
         notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
         return Session(asked_in.id or uuid.uuid4(), None, persisted=False)
@@ -218,18 +219,24 @@ async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) 
 
 async def _exchange(
     chat: ChatService, session: Session, question: Question, notices: list[tuple[str, str]]
-) -> Exchange | None:
+) -> tuple[Session, Exchange | None]:
+    """The question stored (and a new session with it); the session as it now stands: a new one the database
+    could not take is not there (its question goes to the answer writer, ``_late``)."""
     if chat.store is None or not session.persisted:
-        return None
+        return session, None
     try:
-        return await chat.store.start_exchange(
+        exchange = await chat.store.start_exchange(
             session.id,
             question=question.text,
             mode=question.mode,
             module_filter=question.module,
             selected_text=question.selected_text,
             client_request_id=question.client_request_id,
+            new_session=session.to_create,
         )
     except DatabaseUnavailable:
         notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
-        return None
+        if session.to_create is not None:
+            return Session(session.id, None, persisted=False), None
+        return session, None
+    return session, exchange
