@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextvars
 import functools
-import json
 import os
 import statistics
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 from bench.chat import TURNS_PER_CONVERSATION, answer_text, demo_index, question, run_in_data_dir, scratch_database
 from bench.chat import server_env as bench_env
+from bench.figures import Figure, write
 from server.answer import prompts
 from server.chat import exchange
 from server.chat.question import Asker, Question, SessionRef
@@ -177,7 +177,7 @@ async def _ask(services: Any, text: str, session: SessionRef, model: _ModelTimer
     return spans, first, started
 
 
-async def measure(args: argparse.Namespace, data_dir: Path) -> list[Any]:
+async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
     await demo_index(data_dir)
     fake = FakeOpenAI()
     fake.default = ok(answer_text(100))
@@ -204,11 +204,10 @@ async def measure(args: argparse.Namespace, data_dir: Path) -> list[Any]:
                     if case >= args.warmup:
                         rows.append((spans, first))
                         judged += any(name == "retrieval: second opinion" for name, _, _ in spans)
-    _report(rows, judged, args)
-    return []
+    return _report(rows, judged)
 
 
-def _report(rows: list[tuple[list[Span], int]], judged: int, args: argparse.Namespace) -> None:
+def _report(rows: list[tuple[list[Span], int]], judged: int) -> list[Figure]:
     firsts = [first / 1e6 for _, first in rows]
     first_p50 = statistics.median(firsts)
     names: list[str] = []
@@ -238,8 +237,9 @@ def _report(rows: list[tuple[list[Span], int]], judged: int, args: argparse.Name
             f"{row['share_of_first_token']:6.0%}"
         )
     print(f"second opinion (cross-encoder) asked for {judged} of {len(rows)} questions")
-    if args.json is not None:
-        args.json.write_text(json.dumps({"first_token_p50_ms": first_p50, "steps": table}, indent=2) + "\n")
+    figures = [Figure("hot path: admitted to first token, p50", first_p50, "ms")]
+    figures += [Figure(f"hot path: {row['step']}, p50", row["takes_ms_p50"], "ms") for row in table]
+    return figures
 
 
 def main() -> None:
@@ -248,8 +248,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--redis", default=None, help="REDIS_URL (off when not given)")
     parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the demo index")
-    parser.add_argument("--json", type=Path, default=None, help="also write the table here")
-    run_in_data_dir(measure, parser.parse_args(), "bench-hotpath-")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here (bench/figures.py)")
+    args = parser.parse_args()
+    write(run_in_data_dir(measure, args, "bench-hotpath-"), args.json)
 
 
 if __name__ == "__main__":
