@@ -51,6 +51,7 @@ async def start(
     retrieval = asyncio.create_task(retrieve(chat, question))
     history: asyncio.Task[list[MessageRow]] | None = None
     try:
+        await asyncio.sleep(0)  # one turn of the loop: the question's embedding starts before any query is sent
         if question.module is not None:
             await _check_module(chat, question.module)
         repeated = await _repeated_request(chat, question)
