@@ -89,11 +89,15 @@ def _limits(max_connections: int) -> Any:
 
 
 @contextmanager
-def relay_process(port: int, llm_url: str, max_connections: int = MAX_CONNECTIONS) -> Iterator[subprocess.Popen[bytes]]:
-    """The relay in its own process (so its CPU can be read from /proc), stopped when the block ends."""
+def relay_process(
+    port: int, llm_url: str, max_connections: int = MAX_CONNECTIONS, *, cpus: str | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The relay in its own process (so its CPU can be read from /proc), stopped when the block ends; pinned
+    to ``cpus`` (``taskset -c``) when given."""
+    pinned = ["taskset", "-c", cpus] if cpus else []
     argv = ["--port", str(port), "--llm", llm_url, "--max-connections", str(max_connections)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.ceiling", *argv],
+        [*pinned, sys.executable, "-m", "bench.ceiling", *argv],
         cwd=Path(__file__).resolve().parents[1],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -180,11 +180,14 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def running(argv: list[str], env: dict[str, str], *, health: str = "/health") -> AsyncIterator[ServerProcess]:
-    """Start ``argv`` (which must bind the port in ``env['PORT']``), wait until ``health`` answers, stop it after."""
+async def running(
+    argv: list[str], env: dict[str, str], *, health: str = "/health", cwd: Path = ROOT
+) -> AsyncIterator[ServerProcess]:
+    """Start ``argv`` (which must bind the port in ``env['PORT']``) in ``cwd``, wait until ``health`` answers,
+    stop it after."""
     port = int(env["PORT"])
     process = subprocess.Popen(
-        argv, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        argv, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     server = ServerProcess(process, f"http://127.0.0.1:{port}")
     try:

@@ -11,7 +11,7 @@ import pytest
 
 from server.core.errors import DatabaseUnavailable
 from server.store.database import create_pool
-from server.store.rows import Citation, Completion, hash_token
+from server.store.rows import Citation, Completion, SessionToCreate, hash_token
 from server.store.sessions import Store
 
 
@@ -45,6 +45,20 @@ async def test_a_session_is_authorised_by_its_token_or_its_owner(store: Store) -
     assert await store.authorize_session(owned.id, token=None, user_id="user-1") is not None
     assert await store.authorize_session(owned.id, token=None, user_id="user-2") is None
     assert await store.authorize_session(uuid.uuid4(), token=anonymous.token, user_id=None) is None
+
+
+async def test_a_first_question_creates_its_session_in_the_same_statement(store: Store, clean_db: str) -> None:
+    new = SessionToCreate.new(user_id="user-1", metadata={"caller": "digest"})
+    exchange = await store.start_exchange(new.id, question="What is ZMP?", new_session=new)
+    assert exchange.session_id == new.id and exchange.created
+    assert await store.authorize_session(new.id, token=new.token, user_id=None) is not None
+    assert await store.authorize_session(new.id, token=None, user_id="user-1") is not None
+    with psycopg.connect(clean_db) as conn:
+        stored = conn.execute("SELECT token_hash, metadata FROM chat_sessions WHERE id = %s", (new.id,)).fetchone()
+    assert stored == (hash_token(new.token), {"caller": "digest"})
+    assert [m.content for m in await store.history(new.id)] == ["What is ZMP?", ""]
+    with pytest.raises(ValueError):
+        await store.start_exchange(uuid.uuid4(), question="Q", new_session=SessionToCreate.new())
 
 
 async def test_an_exchange_stores_the_question_first_and_the_answer_with_citations_at_the_end(store: Store) -> None:

@@ -19,12 +19,12 @@ from datetime import UTC, datetime, timedelta
 
 from server.answer.prompts import HISTORY_BUDGET_TOKENS
 from server.chat.question import Question
-from server.chat.run import AnswerRun, discard, retrieve
+from server.chat.run import AnswerRun, discard, earlier_messages, retrieve
 from server.chat.service import ChatService, Session, Started
 from server.core import metrics
 from server.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
 from server.search.retrieval import CONTEXT_BUDGET_TOKENS
-from server.store.rows import Exchange, LateQuestion, hash_token
+from server.store.rows import Exchange, LateQuestion, MessageRow, SessionToCreate, hash_token
 from server.store.sessions import Store
 
 log = logging.getLogger(__name__)
@@ -44,37 +44,46 @@ async def start(
     The session token is sent once, in the response that created the session, and never again (replays and
     repeats omit it).
     """
-    if question.module is not None:
-        await _check_module(chat, question.module)
-    repeated = await _repeated_request(chat, question)
-    if repeated is not None:  # a double click or a retry: attach, and create no second session
-        return Started(
-            repeated.assistant_message_id,
-            repeated.session_id,
-            None,
-            chat.capabilities.stream_url(str(repeated.assistant_message_id)),
-            created=False,
-        )
-    notices: list[tuple[str, str]] = []
-    # Retrieval needs nothing from the database: it runs while the session and the question are stored,
-    # and is dropped if the request is refused or turns out to be a repeat.
+    # Retrieval needs nothing from the database and decides the first token: it starts before anything is
+    # read or written, runs while the session and the question are stored, and is dropped if the request is
+    # refused or turns out to be a repeat. The earlier turns are read beside the question's own write.
     started = time.perf_counter()
     retrieval = asyncio.create_task(retrieve(chat, question))
-    asked_at = datetime.now(UTC)
+    history: asyncio.Task[list[MessageRow]] | None = None
     try:
+        await asyncio.sleep(0)  # one turn of the loop: the question's embedding starts before any query is sent
+        if question.module is not None:
+            await _check_module(chat, question.module)
+        repeated = await _repeated_request(chat, question)
+        if repeated is not None:  # a double click or a retry: attach, and create no second session
+            discard(retrieval)
+            return Started(
+                repeated.assistant_message_id,
+                repeated.session_id,
+                None,
+                chat.capabilities.stream_url(str(repeated.assistant_message_id)),
+                created=False,
+            )
+        notices: list[tuple[str, str]] = []
+        asked_at = datetime.now(UTC)
         session = await _session(chat, question, notices)
-        exchange = await _exchange(chat, session, question, notices)
+        history = asyncio.create_task(earlier_messages(chat, session))
+        session, exchange = await _exchange(chat, session, question, notices)
         if exchange is not None and exchange.session_id != session.id:
             raise Conflict("This client_request_id was already used in another conversation.")
     except BaseException:
         discard(retrieval)
+        if history is not None:
+            discard(history)
         raise
+    assert history is not None  # set once the session is known, which the try above either reached or raised
     message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
     # The database could not take the question in time: it goes to the answer writer with its answer.
     late = None if chat.store is None or exchange is not None else _late(chat, question, session, asked_at)
     stream_url = chat.capabilities.stream_url(str(message_id))
     if exchange is not None and not exchange.created:
         discard(retrieval)
+        discard(history)
         return Started(message_id, exchange.session_id, None, stream_url, created=False)
     _log_question(question, str(message_id))
     stream = chat.registry.create(str(message_id))
@@ -85,7 +94,7 @@ async def start(
         "mode": question.mode,
     }
     answer = AnswerRun(chat, stream, question, session, exchange, late, meta_base, notices, started)
-    stream.task = asyncio.create_task(answer.run(retrieval, on_finish), name=f"chat-{message_id}")
+    stream.task = asyncio.create_task(answer.run(retrieval, history, on_finish), name=f"chat-{message_id}")
     return Started(message_id, session.id, session.token, stream_url, created=True)
 
 
@@ -177,9 +186,10 @@ async def _session(chat: ChatService, question: Question, notices: list[tuple[st
                 raise NotFound("No such session.", code="session_not_found")
             await _check_token_budget(chat.store, asked_in.id, chat.daily_tokens)
             return Session(asked_in.id, None, persisted=True)
-        metadata = _session_metadata(chat, question.asker.key)
-        created = await chat.store.create_session(user_id=user_id, metadata=metadata)
-        return Session(created.id, created.token, persisted=True)
+        # A new session's id and token are made here and the row is written with the question, in one
+        # statement (``_exchange``): nothing about a new session can be refused.
+        created = SessionToCreate.new(user_id=user_id, metadata=_session_metadata(chat, question.asker.key))
+        return Session(created.id, created.token, persisted=True, to_create=created)
     except DatabaseUnavailable:
         notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
         return Session(asked_in.id or uuid.uuid4(), None, persisted=False)
@@ -210,18 +220,24 @@ async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) 
 
 async def _exchange(
     chat: ChatService, session: Session, question: Question, notices: list[tuple[str, str]]
-) -> Exchange | None:
+) -> tuple[Session, Exchange | None]:
+    """The question stored (and a new session with it); the session as it now stands: a new one the database
+    could not take is not there (its question goes to the answer writer, ``_late``)."""
     if chat.store is None or not session.persisted:
-        return None
+        return session, None
     try:
-        return await chat.store.start_exchange(
+        exchange = await chat.store.start_exchange(
             session.id,
             question=question.text,
             mode=question.mode,
             module_filter=question.module,
             selected_text=question.selected_text,
             client_request_id=question.client_request_id,
+            new_session=session.to_create,
         )
     except DatabaseUnavailable:
         notices.append(("history_unavailable", _NOTICE_HISTORY_DOWN))
-        return None
+        if session.to_create is not None:
+            return Session(session.id, None, persisted=False), None
+        return session, None
+    return session, exchange

@@ -31,7 +31,7 @@ from server.chat.service import ChatService, Session
 from server.core import logs, metrics
 from server.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
 from server.search.retrieval import Retrieval, Source
-from server.store.rows import Citation, Completion, Exchange, LateQuestion
+from server.store.rows import Citation, Completion, Exchange, LateQuestion, MessageRow
 from server.store.writes import AnswerWriter
 from server.streams.streaming import MessageStream
 
@@ -78,17 +78,19 @@ class AnswerRun:
         return self.exchange is not None or self.late is not None
 
     async def run(
-        self, retrieving: asyncio.Task[Retrieval | None], on_finish: Callable[[], Awaitable[None]] | None = None
+        self,
+        retrieving: asyncio.Task[Retrieval | None],
+        reading: asyncio.Task[list[MessageRow]],
+        on_finish: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Answer the question into the stream, then queue the answer for Postgres: into ``exchange`` when the
         question was stored as it was asked, or with ``late`` (the question, written with its answer) when not;
-        ``on_finish`` runs last, whatever happened."""
+        ``on_finish`` runs last, whatever happened. ``retrieving`` and ``reading`` (the session's earlier
+        messages, ``earlier_messages``) were started when the question was accepted and run beside its writes."""
         chat, stream, state = self.chat, self.stream, self.state
         logs.bind_message(stream.message_id)
         metrics.GENERATIONS.inc()
         stream.hold_terminal = self.stored and chat.store is not None
-        # The earlier turns are read while retrieval runs; a FAQ answer or a decline does not need them.
-        history = asyncio.create_task(self._history())
         try:
             retrieval = await retrieving
             if retrieval is None:
@@ -96,7 +98,7 @@ class AnswerRun:
             elif retrieval.declined:
                 self._decline(retrieval)
             else:
-                await self._answer(retrieval, history)
+                await self._answer(retrieval, reading)
         except asyncio.CancelledError:
             self._end_cancelled()
         except LLMUnavailable as exc:
@@ -117,7 +119,7 @@ class AnswerRun:
                 )
         finally:
             discard(retrieving)
-            discard(history)
+            discard(reading)
             metrics.GENERATIONS.dec()
             try:
                 self._record()
@@ -224,7 +226,7 @@ class AnswerRun:
         timings = {**retrieval.timings_ms, "first_token": 0.0, "total": retrieval.timings_ms["retrieval"]}
         self._done("declined", timings)
 
-    async def _answer(self, retrieval: Retrieval, history: asyncio.Task[list[Turn]]) -> None:
+    async def _answer(self, retrieval: Retrieval, reading: asyncio.Task[list[MessageRow]]) -> None:
         chat, stream, state = self.chat, self.stream, self.state
         state.sources = retrieval.sources
         state.confidence = retrieval.confidence
@@ -237,7 +239,7 @@ class AnswerRun:
         generation = GenerationRequest(
             question=self.question.text,
             sources=retrieval.sources,
-            history=await history,
+            history=self._turns(await reading),
             mode=retrieval.mode,
             selected_text=self.question.selected_text,
             low_confidence=retrieval.level == "low",
@@ -274,16 +276,9 @@ class AnswerRun:
         }
         self._done(finish_reason, timings)
 
-    async def _history(self) -> list[Turn]:
-        store, session = self.chat.store, self.session
-        if store is None or not session.persisted or not store.available:
-            return []
-        if session.token is not None:  # created by this very request: there are no earlier turns
-            return []
-        try:
-            messages = await store.history(session.id, limit=500)
-        except DatabaseUnavailable:
-            return []
+    def _turns(self, messages: list[MessageRow]) -> list[Turn]:
+        """The conversation before this question: the earlier messages less this exchange's own (read beside its
+        write, the read may or may not see them) and less answers that did not complete."""
         exchange = self.exchange
         current = {exchange.user_message_id, exchange.assistant_message_id} if exchange else set()
         turns = [
@@ -346,6 +341,18 @@ class AnswerRun:
             await asyncio.wait_for(asyncio.shield(written), timeout=PERSIST_WAIT_S)
         except TimeoutError:
             log.info("answer queued for writing", extra={"message_id": str(message_id)})
+
+
+async def earlier_messages(chat: ChatService, session: Session) -> list[MessageRow]:
+    """The session's stored messages, for the prompt's history; none for a session this request created (or
+    one not stored), and none when the database cannot say (the answer goes on without them)."""
+    store = chat.store
+    if store is None or not session.persisted or not store.available or session.token is not None:
+        return []
+    try:
+        return await store.history(session.id, limit=500)
+    except DatabaseUnavailable:
+        return []
 
 
 async def retrieve(chat: ChatService, question: Question) -> Retrieval | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from server.answer.faq import Faq
 from server.answer.generation import Generator
 from server.search.retrieval import Retriever
+from server.store.rows import SessionToCreate
 from server.store.sessions import Store
 from server.store.writes import AnswerWriter
 from server.streams.capabilities import Capabilities
@@ -41,3 +42,4 @@ class Session:
     id: uuid.UUID
     token: str | None  # only for a session created by this request
     persisted: bool
+    to_create: SessionToCreate | None = None  # a new session, stored with the question (one round trip)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,20 @@ Rating = Literal["up", "down"]
 class NewSession:
     id: uuid.UUID
     token: str  # shown to the client once; only its hash is stored
+
+
+@dataclass(frozen=True)
+class SessionToCreate:
+    """A session made in the process (its id and token) and stored with its first question (``start_exchange``)."""
+
+    id: uuid.UUID
+    token: str  # shown to the client once; only its hash is stored
+    user_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, *, user_id: str | None = None, metadata: dict[str, Any] | None = None) -> SessionToCreate:
+        return cls(uuid.uuid4(), secrets.token_urlsafe(32), user_id, metadata or {})
 
 
 @dataclass(frozen=True)

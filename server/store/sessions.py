@@ -31,6 +31,7 @@ from server.store.rows import (
     Rating,
     SessionRow,
     SessionSummary,
+    SessionToCreate,
     hash_token,
 )
 
@@ -110,18 +111,28 @@ class Store(Database):
         module_filter: str | None = None,
         selected_text: str | None = None,
         client_request_id: uuid.UUID | None = None,
+        new_session: SessionToCreate | None = None,
     ) -> Exchange:
         """Store the question and an empty ``streaming`` answer in one transaction, before generation.
 
         With a ``client_request_id`` seen before, nothing is written and the first exchange is returned.
+        With ``new_session`` (whose id is ``session_id``), the session is created by the same statement: a
+        first question costs one round trip, not two.
         """
         user_id, assistant_id = uuid.uuid4(), uuid.uuid4()
+        if new_session is not None and new_session.id != session_id:
+            raise ValueError("new_session must be the session the question goes into")
         async with self._conn() as conn:
             # One statement, so one round trip and atomic: the answer row and the session's activity are
-            # written only when the question was (a client_request_id seen before inserts nothing).
+            # written only when the question was (a client_request_id seen before inserts nothing). The
+            # foreign keys are checked at the end of the statement, after the new session's row is in.
             cur = await conn.execute(
                 """
-                WITH question AS (
+                WITH new_session AS (
+                    INSERT INTO chat_sessions (id, user_id, token_hash, metadata)
+                    SELECT %(session_id)s, %(owner)s, %(token_hash)s, %(metadata)s
+                    WHERE %(create)s
+                ), question AS (
                     INSERT INTO chat_messages
                         (id, session_id, role, content, status, mode, module_filter, selected_text, client_request_id)
                     VALUES (%(user_id)s, %(session_id)s, 'user', %(question)s, 'complete', %(mode)s,
@@ -148,6 +159,10 @@ class Store(Database):
                     "module_filter": module_filter,
                     "selected_text": selected_text,
                     "client_request_id": client_request_id,
+                    "create": new_session is not None,
+                    "owner": new_session.user_id if new_session else None,
+                    "token_hash": hash_token(new_session.token) if new_session else None,
+                    "metadata": Jsonb(new_session.metadata if new_session else {}),
                 },
             )
             row = await cur.fetchone()

@@ -1,0 +1,166 @@
+"""The server beside the minimal relay (bench/ceiling.py) in one run, pinned as issue 29 asks.
+
+    .venv/bin/python -m bench.sidebyside [--rounds N] [--redis URL] [--server-root DIR] [--json PATH]
+
+Both servers run on CPU 0 (``taskset -c 0``), one after the other; the fake model (tests/fake_openai.py) and
+the clients (raw sockets) run in this process on CPU 1. The same fake model answers both, instantly, with
+``--tokens`` tokens (200, as bench/chat.py's throughput figure). Per round and per server: RSS once up
+(before any question), first token (client-observed) over ``--questions`` questions from one client, then
+answers per second over ``--seconds`` with 50 clients. The server runs on the demo book's index, with
+Postgres (a scratch database), the OpenAI path, and Redis when ``--redis`` is given. ``--server-root``
+serves another checkout of the project (a before/after comparison: the relay is always this one's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench import ceiling
+from bench.chat import (
+    ROOT,
+    Cases,
+    ServerProcess,
+    TimedModel,
+    _wait_until_up,
+    answer_text,
+    conversations,
+    demo_index,
+    free_port,
+    run_in_data_dir,
+    running,
+    scratch_database,
+    serve_argv,
+    server_env,
+)
+from bench.figures import Figure, percentile, table, write
+from tests.fake_openai import FakeOpenAI, ok
+from tests.servers import serving
+
+SERVER_CPU = "0"
+CLIENT_CPU = 1
+
+
+async def _figures(server: ServerProcess, path: str, cases: Cases, args: argparse.Namespace) -> dict[str, float]:
+    rss = server.rss_bytes() / 2**20
+    await conversations(server, cases, clients=2, turns=5, seconds=None, path=path)  # warm-up
+    one = await conversations(server, cases, clients=1, turns=args.questions, seconds=None, path=path)
+    ttft = [a.ttft_s * 1000 for _, a in one.answers if a.ttft_s is not None]
+    inside = [a.timings_ms["first_token"] for _, a in one.answers if "first_token" in a.timings_ms]
+    many = await conversations(server, cases, clients=50, turns=None, seconds=args.seconds, path=path)
+    figures = {
+        "rss_start_mb": round(rss, 1),
+        "ttft_p50_ms": round(percentile(ttft, 50), 2),
+        "ttft_p99_ms": round(percentile(ttft, 99), 2),
+        "answers_per_s_50": round(many.completed / many.elapsed_s, 1),
+    }
+    if inside:  # the server's own timing (question accepted to first token published), not the relay's
+        print(f"  {path}: accepted to first token inside the server p50 {percentile(inside, 50):.1f} ms")
+    return figures
+
+
+async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
+    os.sched_setaffinity(0, {CLIENT_CPU})
+    await demo_index(data_dir)
+    fake = FakeOpenAI()
+    fake.default = ok(answer_text(args.tokens))
+    model = TimedModel(fake)
+    cases = Cases()
+    rounds: list[dict[str, dict[str, float]]] = []
+    root = args.server_root or ROOT
+    with scratch_database() as database_url:
+        async with serving(model) as llm_base:
+            llm_url = f"{llm_base}/v1"
+            for n in range(args.rounds):
+                port = free_port()
+                extra = {"REDIS_URL": args.redis} if args.redis else {}
+                env = server_env(database_url, data_dir, llm_url, port, **extra)
+                argv = ["taskset", "-c", SERVER_CPU, *serve_argv(port)]
+                async with running(argv, env, cwd=root) as server:
+                    ours = await _figures(server, "/api/chat", cases, args)
+                relay_port = free_port()
+                with ceiling.relay_process(relay_port, llm_url, cpus=SERVER_CPU) as relay_process:
+                    relay = ServerProcess(relay_process, f"http://127.0.0.1:{relay_port}")
+                    await _wait_until_up(relay)
+                    theirs = await _figures(relay, ceiling.RELAY_PATH, cases, args)
+                rounds.append({"server": ours, "relay": theirs})
+                _print_round(n, ours, theirs)
+    _print_summary(rounds)
+    if args.rounds_json is not None:
+        args.rounds_json.write_text(json.dumps(rounds, indent=2) + "\n")
+    return _as_figures(rounds)
+
+
+def _as_figures(rounds: list[dict[str, dict[str, float]]]) -> list[Figure]:
+    """The medians over the rounds, the relay's as each figure's ceiling, with issue 29's targets."""
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(r[side][key] for r in rounds)
+
+    def pair(key: str) -> tuple[float, float]:
+        return median("server", key), median("relay", key)
+
+    first, first_relay = pair("ttft_p50_ms")
+    p99, p99_relay = pair("ttft_p99_ms")
+    rate, rate_relay = pair("answers_per_s_50")
+    rss, rss_relay = pair("rss_start_mb")
+    return [
+        Figure(
+            "side by side: first token p50, 1 client", first, "ms", round(2.0 * first_relay, 2), ceiling=first_relay
+        ),
+        Figure("side by side: first token p99, 1 client", p99, "ms", ceiling=p99_relay),
+        Figure(
+            "side by side: answers/s, 50 clients", rate, "answers/s", round(2.2 * rate_relay, 1), "higher", rate_relay
+        ),
+        Figure("side by side: RSS at start", rss, "MB", 250.0, ceiling=rss_relay),
+    ]
+
+
+def _ratios(ours: dict[str, float], theirs: dict[str, float]) -> dict[str, float]:
+    return {key: ours[key] / theirs[key] for key in ours if theirs[key]}
+
+
+def _print_round(n: int, ours: dict[str, float], theirs: dict[str, float]) -> None:
+    ratios = _ratios(ours, theirs)
+    print(f"round {n + 1}:")
+    for key in ours:
+        print(f"  {key:<18} server {ours[key]:8.1f}  relay {theirs[key]:8.1f}  ratio {ratios[key]:5.2f}x")
+    sys.stdout.flush()
+
+
+def _print_summary(rounds: list[dict[str, dict[str, float]]]) -> None:
+    print("median over rounds:")
+    for key in rounds[0]["server"]:
+        ours = statistics.median(r["server"][key] for r in rounds)
+        theirs = statistics.median(r["relay"][key] for r in rounds)
+        ratio = statistics.median(_ratios(r["server"], r["relay"])[key] for r in rounds)
+        print(f"  {key:<18} server {ours:8.1f}  relay {theirs:8.1f}  ratio {ratio:5.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--questions", type=int, default=60, help="questions from one client, per round")
+    parser.add_argument("--seconds", type=float, default=8.0, help="the 50-client span, per round")
+    parser.add_argument("--tokens", type=int, default=200, help="the fake model's answer length")
+    parser.add_argument("--redis", default=None, help="REDIS_URL for the server (off when not given)")
+    parser.add_argument("--server-root", type=Path, default=None, help="serve this checkout (default: this one)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the demo index")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here (bench/figures.py)")
+    parser.add_argument("--rounds-json", type=Path, default=None, help="also write every round's figures here")
+    args = parser.parse_args()
+    started = time.monotonic()
+    figures = run_in_data_dir(measure, args, "bench-sidebyside-")
+    print()
+    print(table(figures))
+    write(figures, args.json)
+    print(f"({time.monotonic() - started:.0f} s; server and relay on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU})")
+
+
+if __name__ == "__main__":
+    main()
