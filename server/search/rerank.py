@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from server.index import sparse
 from server.index.vectors import Hit
@@ -72,6 +72,27 @@ class Candidate:
     terms: frozenset[str] = frozenset()
     contains: bool = False
 
+    @property
+    def url(self) -> str:
+        return str(self.hit.payload.get("url", ""))
+
+    @property
+    def token_count(self) -> int:
+        return int(self.hit.payload.get("token_count", 0))
+
+
+class Section(Protocol):
+    """What budget and section rules read of a passage: a ``Candidate`` or a ``retrieval.Source`` alike."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def token_count(self) -> int: ...
+
+
+S = TypeVar("S", bound=Section)
+
 
 def diversify(ranked: Sequence[Candidate], k: int) -> list[Candidate]:
     """Best first, skipping a chunk that mostly repeats one already kept (overlapping pieces, restated quizzes)."""
@@ -88,27 +109,27 @@ def diversify(ranked: Sequence[Candidate], k: int) -> list[Candidate]:
     return kept
 
 
-def within_budget(kept: Sequence[Candidate], budget: int = CONTEXT_BUDGET_TOKENS) -> list[Candidate]:
-    result: list[Candidate] = []
+def within_budget(kept: Sequence[S], budget: int = CONTEXT_BUDGET_TOKENS) -> list[S]:
+    """Best first, the passages whose tokens fit ``budget`` together (the first always)."""
+    result: list[S] = []
     used = 0
-    for candidate in kept:
-        tokens = int(candidate.hit.payload.get("token_count", 0))
-        if result and used + tokens > budget:
+    for passage in kept:
+        if result and used + passage.token_count > budget:
             continue  # a smaller, later source may still fit
-        result.append(candidate)
-        used += tokens
+        result.append(passage)
+        used += passage.token_count
     return result
 
 
-def distinct_sections(ranked: Sequence[Candidate], k: int) -> list[Candidate]:
+def distinct_sections(ranked: Sequence[S], k: int) -> list[S]:
+    """The first ``k`` passages of ``ranked`` from different sections (URLs)."""
     seen: set[str] = set()
     result = []
-    for candidate in ranked:
-        url = str(candidate.hit.payload.get("url", ""))
-        if url in seen:
+    for passage in ranked:
+        if passage.url in seen:
             continue
-        seen.add(url)
-        result.append(candidate)
+        seen.add(passage.url)
+        result.append(passage)
         if len(result) == k:
             break
     return result

@@ -158,12 +158,8 @@ class Retriever:
     async def evidence(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> float:
         """The raw evidence for ``text`` in the whole book, before calibration, as ``retrieve`` measures it;
         ``hold_out`` leaves out the section at that URL (the in-scope probes of ``calibration.py``)."""
-        query = Query(text)
-        ranked = [c for c in await self._search(dense, query, None) if c.hit.payload.get("url") != hold_out]
-        unknown = await self._unknown_names(query, ranked)
-        return confidence.weighted_similarity([c.relevance for c in diversify(ranked, TOP_K)]) * known_share(
-            query, unknown
-        )
+        evidence, _ = await self.probe(text, dense, hold_out=hold_out)
+        return evidence
 
     async def probe(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> tuple[float, list[str]]:
         """``evidence`` and the passages the second opinion would read for it (``calibration.py``'s probes)."""
@@ -201,7 +197,7 @@ class Retriever:
         declined = verdict.change == "declined" or (result.declined and verdict.change != "answered")
         if declined:
             score = result.confidence if result.declined else min(result.confidence, _JUST_BELOW_DECLINE)
-            related = result.related or _distinct_source_sections(candidates, RELATED_K)
+            related = result.related or _renumbered(distinct_sections(candidates, RELATED_K))
             return replace(
                 result,
                 sources=(),
@@ -215,7 +211,7 @@ class Retriever:
         score = max(result.confidence, confidence.DECLINE)
         lvl = confidence.level(score)
         notices = (_LOW_NOTICE, *scope_notices) if lvl == "low" else scope_notices
-        kept = _sources_within_budget(candidates)
+        kept = _renumbered(within_budget(candidates))
         return replace(
             result,
             sources=kept,
@@ -389,28 +385,9 @@ class Retriever:
         )
 
 
-def _sources_within_budget(candidates: Sequence[Source], budget: int = CONTEXT_BUDGET_TOKENS) -> tuple[Source, ...]:
-    """``within_budget`` for candidates already made sources (the second opinion's order), renumbered 1..n."""
-    result: list[Source] = []
-    used = 0
-    for source in candidates:
-        if result and used + source.token_count > budget:
-            continue
-        result.append(replace(source, n=len(result) + 1))
-        used += source.token_count
-    return tuple(result)
-
-
-def _distinct_source_sections(candidates: Sequence[Source], k: int) -> tuple[Source, ...]:
-    seen: set[str] = set()
-    result: list[Source] = []
-    for source in candidates:
-        if source.url not in seen:
-            seen.add(source.url)
-            result.append(replace(source, n=len(result) + 1))
-        if len(result) == k:
-            break
-    return tuple(result)
+def _renumbered(sources: Sequence[Source]) -> tuple[Source, ...]:
+    """``sources`` numbered 1..n in their order (the second opinion's order, after a budget or a section rule)."""
+    return tuple(replace(source, n=n) for n, source in enumerate(sources, start=1))
 
 
 def _sources(kept: Sequence[Candidate]) -> tuple[Source, ...]:
