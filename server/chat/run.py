@@ -178,10 +178,10 @@ class AnswerRun:
             metrics.notice(code)
             self.stream.publish("notice", {"code": code, "message": message})
 
-    def _check_citations(self, retrieval: Retrieval) -> None:
-        """A model's answer that cites no source, or cites a number it was not given, is said to be so."""
+    def _check_citations(self, retrieval: Retrieval, text: str) -> None:
+        """A model's answer (``text``) that cites no source, or cites a number it was not given, is said to be so."""
         state = self.state
-        state.invalid_markers = tuple(invalid_markers(self.stream.text(), range(1, len(retrieval.sources) + 1)))
+        state.invalid_markers = tuple(invalid_markers(text, range(1, len(retrieval.sources) + 1)))
         uncited = not state.cited and bool(retrieval.sources) and retrieval.mode != "selection"
         if not (uncited or state.invalid_markers):
             return
@@ -265,9 +265,10 @@ class AnswerRun:
                     state.model = event.model
         finally:
             await events.aclose()  # type: ignore[attr-defined]  # closes the upstream HTTP stream at once
-        state.cited = tuple(cited_numbers(stream.text(), len(retrieval.sources)))
+        text = stream.text()  # decoded from the token events once, for both citation checks
+        state.cited = tuple(cited_numbers(text, len(retrieval.sources)))
         if chat.llm_enabled:
-            self._check_citations(retrieval)
+            self._check_citations(retrieval, text)
         total_ms = (time.perf_counter() - self.started) * 1000
         timings = {
             "retrieval": retrieval.timings_ms.get("retrieval", 0.0),
