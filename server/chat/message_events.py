@@ -78,7 +78,7 @@ async def _settle_orphan(chat: ChatService, message: MessageRow, *, live: bool) 
     if chat.registry.relay is not None and _may_be_starting(message):
         return message
     try:
-        await chat.store.interrupt_message(message.id)
+        await chat.store.end_streaming(message.id, "interrupted")
     except DatabaseUnavailable:
         return message  # replayed as lost this time; settled on a later read
     log.info("an answer left streaming by a process that is gone is ended as interrupted: %s", message.id)

@@ -12,7 +12,7 @@ import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg.rows import dict_row
@@ -321,19 +321,13 @@ class Store(Database):
         )
         return int(row["used"]) if row else 0
 
-    async def fail_message(self, message_id: uuid.UUID) -> bool:
-        """End an answer whose text could not be stored as ``failed``; False when it was not ``streaming``."""
+    async def end_streaming(self, message_id: uuid.UUID, status: Literal["failed", "interrupted"]) -> bool:
+        """End an answer still ``streaming`` with ``status``: ``failed`` when its text could not be stored,
+        ``interrupted`` when no process generates it any more (its own died mid-answer). False when it was not
+        ``streaming``."""
         async with self._conn() as conn:
             cur = await conn.execute(
-                "UPDATE chat_messages SET status = 'failed' WHERE id = %s AND status = 'streaming'", (message_id,)
-            )
-            return cur.rowcount == 1
-
-    async def interrupt_message(self, message_id: uuid.UUID) -> bool:
-        """End an answer no process generates any more (its own died mid-answer) as ``interrupted``."""
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "UPDATE chat_messages SET status = 'interrupted' WHERE id = %s AND status = 'streaming'", (message_id,)
+                "UPDATE chat_messages SET status = %s WHERE id = %s AND status = 'streaming'", (status, message_id)
             )
             return cur.rowcount == 1
 

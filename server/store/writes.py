@@ -152,7 +152,7 @@ class AnswerWriter:
         except OSError as exc:  # a full disk must not stop the writer either: the refused answer alone is lost
             log.exception("an answer Postgres refused could not be set aside (%s): %s", exc.strerror, item.message_id)
         try:
-            await self._store.fail_message(item.message_id)
+            await self._store.end_streaming(item.message_id, "failed")
         except Exception as exc:
             log.error("a refused answer could not be marked failed (%s): %s", type(exc).__name__, item.message_id)
 
