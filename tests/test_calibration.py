@@ -94,6 +94,27 @@ def test_ingest_derives_the_calibration_and_re_derives_it_only_when_the_book_cha
     assert again not in (None, SENTINEL) and source == "book"
 
 
+def test_a_calibration_derived_with_another_query_model_is_derived_again_at_the_next_ingest(
+    book: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    _ingest(book, data_dir, monkeypatch, capsys)
+    asyncio.run(_save(data_dir, SENTINEL, "book"))
+    asyncio.run(_forget_query_model(data_dir))  # as stored before questions were embedded in int8
+    assert asyncio.run(_stored(data_dir)) == (SENTINEL, "book")  # still served until then
+    _ingest(book, data_dir, monkeypatch, capsys)  # the same book
+    again, source = asyncio.run(_stored(data_dir))
+    assert again not in (None, SENTINEL) and source == "book"
+
+
+async def _forget_query_model(data_dir: Path) -> None:
+    async with open_services(_settings(data_dir), retrieval=True) as services:
+        assert services.index is not None
+        record = dict((await services.index.read_metadata())["calibration"])
+        del record["query_model"]
+        await services.index.write_metadata(calibration=record)
+
+
 def test_an_operators_calibration_survives_a_re_ingest_until_calibrate_derives_one_from_the_book(
     book: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

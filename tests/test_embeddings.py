@@ -152,19 +152,60 @@ def test_the_word_table_is_read_from_its_file_row_by_row_exactly_as_saved(tmp_pa
         words.close()
 
 
-async def test_after_an_ingest_the_every_core_model_copy_is_released_and_comes_back_when_needed(
+async def test_after_an_ingest_the_chunks_model_copies_are_released_and_come_back_when_needed(
     tmp_path: Path,
 ) -> None:
     embedder = LocalEmbedder(tmp_path)
     try:
         before = await embedder.embed_documents(TEXTS)
+        in_background = await embedder.embed_documents(TEXTS, background=True)
         await embedder.embed_query(TEXTS[0])
-        assert set(embedder._sessions) == {"all", "one"}  # noqa: SLF001 -- the point is which copies are held
+        held = set(embedder._sessions)  # noqa: SLF001 -- the point is which copies are held
+        assert held == {"batch", "background", "query"}
         embedder.release_batches()
-        assert set(embedder._sessions) == {"one"}  # noqa: SLF001
+        assert set(embedder._sessions) == {"query"}  # noqa: SLF001
+        np.testing.assert_allclose(in_background, before, atol=1e-5)  # one core or all: the same float32 graph
         assert await embedder.embed_documents(TEXTS) == before  # loaded again for the next batch
     finally:
         await embedder.aclose()
+
+
+async def test_a_question_is_embedded_by_the_int8_graph_within_cosine_0_98_of_the_float32_reference(
+    embedder: LocalEmbedder,
+) -> None:
+    files = onnx_minilm.cached_model(embedder._data_dir)  # noqa: SLF001 -- the cache this embedder reads
+    assert files.query_graph.stat().st_size < files.graph.stat().st_size / 3  # int8 weights
+    reference = NumpyMiniLM()
+    for text in TEXTS:
+        cosine = float(np.dot(await embedder.embed_query(text), reference.embed(text)))
+        assert 0.98 <= cosine < 0.99999, (text[:40], cosine)  # close, and not the float32 graph itself
+
+
+async def test_a_question_embedded_in_int8_finds_the_chunk_the_float32_question_finds(
+    embedder: LocalEmbedder,
+) -> None:
+    chunks = [
+        "A ROS 2 node publishes messages on a topic; any node subscribed to that topic receives them.",
+        "URDF describes a robot's links and joints in XML, so simulators such as Gazebo can load the robot.",
+        "A PID controller sums a proportional, an integral and a derivative term of the tracking error.",
+        "Inverse kinematics finds the joint angles that put a hand or a foot at a wanted pose.",
+        "Lidar measures distance by timing reflected laser pulses and returns a point cloud.",
+        "The zero moment point must stay inside the support polygon for a walking humanoid to keep its balance.",
+    ]
+    questions = [
+        "how do nodes talk to each other over topics",
+        "what file format describes a robot model for simulation",
+        "how do I tune the gains of a feedback controller",
+        "compute joint angles from a target position",
+        "which sensor gives a 3D point cloud",
+        "why does a biped fall over when walking",
+    ]
+    stored = embedder.embed(chunks)
+    for question in questions:
+        exact = stored @ embedder.embed([question])[0]
+        quantized = stored @ np.array(await embedder.embed_query(question))
+        assert np.argmax(quantized) == np.argmax(exact), question
+        assert np.abs(quantized - exact).max() < 0.03, question  # scores move less than the gaps that matter
 
 
 async def test_a_query_against_a_collection_built_by_another_embedder_says_to_re_ingest(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ class RecordingEmbedder:
 
     def __init__(self, inner: LocalEmbedder) -> None:
         self.inner = inner
-        self.name, self.model, self.dim = inner.name, inner.model, inner.dim
+        self.name, self.model, self.query_model, self.dim = inner.name, inner.model, inner.query_model, inner.dim
         self.counter, self.chunk_tokens, self.chunk_overlap = inner.counter, inner.chunk_tokens, inner.chunk_overlap
         self.embedded: list[str] = []
 

@@ -45,7 +45,7 @@ class WordEmbedder:
     """Bag of keyword terms hashed into 256 dimensions, L2-normalised: cosine follows shared words."""
 
     name = "words"
-    model = "words-256"
+    model = query_model = "words-256"
     dim = 256
     counter: TokenCounter = WordCounter()
     chunk_tokens = 2000

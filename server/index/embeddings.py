@@ -30,6 +30,8 @@ from server.core.tokens import TokenCounter, counter_for_model, local_counter, w
 
 log = logging.getLogger(__name__)
 
+Role = Literal["batch", "background", "query"]  # which of the local model's sessions embeds (LocalEmbedder)
+
 _LOCAL_MAX_WORDPIECES = 256
 _OPENAI_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 _OPENAI_MAX_INPUT_TOKENS = 8191
@@ -41,7 +43,8 @@ _MAX_RETRY_AFTER_S = 20.0
 
 class Embedder(Protocol):
     name: str
-    model: str
+    model: str  # what embeds the chunks: kept with the index, which only this model's queries can search
+    query_model: str  # what embeds a question (a calibration derived from questions is this model's)
     dim: int
     counter: TokenCounter
     chunk_tokens: int
@@ -88,6 +91,7 @@ class LocalEmbedder:
 
     name = "local"
     model = onnx_minilm.MODEL_NAME
+    query_model = f"{onnx_minilm.MODEL_NAME} int8"
     dim = 384
     chunk_tokens = 200  # below the 256 word pieces it reads, leaving room for the heading breadcrumb
     chunk_overlap = 30
@@ -96,10 +100,13 @@ class LocalEmbedder:
         self.counter = local_counter()
         self._data_dir = data_dir
         self._batch_size = batch_size
-        # Two onnxruntime sessions over one graph: batches (ingest) spread each inference over every core;
-        # a one-line query is too small to split, so its session runs on one thread (2.3x faster here under
-        # load, bench/chat.py) and two queries run side by side on two cores.
-        self._sessions: dict[str, Any] = {}
+        # onnxruntime sessions, each loaded on first use (onnx_minilm.py has the two graphs):
+        # "batch": float32 chunks at ingest, each inference spread over every core;
+        # "background": float32 chunks of a re-ingest while serving, on one core at a lower priority;
+        # "query": the int8 graph, one question at a time on one thread (a question is too small to split:
+        # 2.3x faster here under load, bench/chat.py), so two questions run side by side on two cores.
+        # Only "query" lives as long as the server; release_batches drops the other two.
+        self._sessions: dict[Role, Any] = {}
         self._words: onnx_minilm.WordTable | None = None  # rows read from the model's word table as needed
         self._executor: ThreadPoolExecutor | None = None  # one batch at a time; each uses every core
         self._query_executor: ThreadPoolExecutor | None = None
@@ -111,13 +118,13 @@ class LocalEmbedder:
     def warm_up(self) -> None:
         self.embed(["warm up"])
 
-    def embed(self, texts: Sequence[str], *, threads: Literal["all", "one"] = "all") -> npt.NDArray[np.float32]:
-        """Synchronous, batched; rows in input order; ``threads="one"`` for short queries.
+    def embed(self, texts: Sequence[str], *, role: Role = "batch") -> npt.NDArray[np.float32]:
+        """Synchronous, batched; rows in input order; ``role`` picks the session (see ``__init__``).
 
         Texts are tokenised once and batched by word-piece count, so a batch pads to little more than its
         own length: the model's cost is in the padded tokens (sorting by characters pads ~30% more).
         """
-        session = self._load(threads)
+        session = self._load(role)
         words = self._words
         assert words is not None  # loaded with the session
         result = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -148,11 +155,11 @@ class LocalEmbedder:
         if not background and self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minilm")
         executor = self._background_executor if background else self._executor
-        threads: Literal["all", "one"] = "one" if background else "all"
+        role: Role = "background" if background else "batch"
         # run_in_executor hands the batch to the thread in this very step (anyio's to_thread first yields
         # twice), so a caller that schedules it and then blocks the loop (an embedded-Qdrant write) overlaps.
         vectors = await asyncio.get_running_loop().run_in_executor(
-            executor, functools.partial(self.embed, list(texts), threads=threads)
+            executor, functools.partial(self.embed, list(texts), role=role)
         )
         return vectors.tolist()  # type: ignore[no-any-return]
 
@@ -164,7 +171,7 @@ class LocalEmbedder:
         if self._query_executor is None:
             self._query_executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="minilm-q")
         vectors = await asyncio.get_running_loop().run_in_executor(
-            self._query_executor, functools.partial(self.embed, [text], threads="one")
+            self._query_executor, functools.partial(self.embed, [text], role="query")
         )
         # Kept as float32 (1.5 KB), not as a list of Python floats (12 KB): 512 questions cost 0.8 MB, not 6.
         self._cache[text] = vectors[0].copy()
@@ -173,13 +180,15 @@ class LocalEmbedder:
         return vectors[0].tolist()  # type: ignore[no-any-return]
 
     def release_batches(self) -> None:
-        # The every-core session is a second copy of the model (~95 MB); a server that ingested at start-up
-        # only answers queries from then on.
+        # The float32 sessions are copies of the model (~95 MB with the batch's arena) beside the query's
+        # int8 one; a server that ingested at start-up, or re-ingested a changed book, only answers questions.
         with self._load_lock:
-            self._sessions.pop("all", None)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+            self._sessions.pop("batch", None)
+            self._sessions.pop("background", None)
+        for executor in (self._executor, self._background_executor):
+            if executor is not None:
+                executor.shutdown(wait=False)
+        self._executor = self._background_executor = None
 
     async def aclose(self) -> None:
         for executor in (self._executor, self._query_executor, self._background_executor):
@@ -191,9 +200,9 @@ class LocalEmbedder:
             self._words.close()
             self._words = None
 
-    def _load(self, threads: Literal["all", "one"]) -> Any:
+    def _load(self, role: Role) -> Any:
         with self._load_lock:  # the query threads may race to load
-            session = self._sessions.get(threads)
+            session = self._sessions.get(role)
             if session is not None:
                 return session
             import onnxruntime
@@ -202,7 +211,7 @@ class LocalEmbedder:
             if self._words is None:
                 self._words = onnx_minilm.WordTable(files.words)
             options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = (os.cpu_count() or 1) if threads == "all" else 1
+            options.intra_op_num_threads = (os.cpu_count() or 1) if role == "batch" else 1
             options.inter_op_num_threads = 1
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
             # onnxruntime's CPU arena keeps the peak of the largest batch for the life of its session (about
@@ -210,9 +219,10 @@ class LocalEmbedder:
             # is as fast without (6.1 vs 6.2 ms). The every-core batch session keeps it: whole-book ingest is
             # 24 % slower without (600 chunks of the shared book in 22.7 s vs 17.3 s), and a server releases
             # that session, arena and all, once its start-up ingest is done (release_batches).
-            options.enable_cpu_mem_arena = threads == "all"
-            session = onnxruntime.InferenceSession(str(files.graph), options, providers=["CPUExecutionProvider"])
-            self._sessions[threads] = session
+            options.enable_cpu_mem_arena = role == "batch"
+            graph = files.query_graph if role == "query" else files.graph
+            session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+            self._sessions[role] = session
             return session
 
 
@@ -235,7 +245,7 @@ class OpenAIEmbedder:
     ) -> None:
         from openai import AsyncOpenAI
 
-        self.model = model
+        self.model = self.query_model = model
         self.dim = dim or _OPENAI_DIMS.get(model, 1536)
         self.counter = counter_for_model(model)
         self._max_inputs = max_inputs

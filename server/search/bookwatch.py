@@ -76,6 +76,8 @@ class BookWatcher:
             except (AppError, OSError, ValueError) as exc:
                 log.warning("re-ingest after %s failed (%s); the index keeps the book as it was", reason, exc)
                 return None
+            finally:
+                self._embedder.release_batches()  # the chunks' model copy; questions keep theirs
             self._seen = seen
             log.info("book re-ingested after %s: %s", reason, report.summary())
             return report

@@ -219,6 +219,7 @@ async def save(
         **asdict(calibration),
         "embedder": embedder.name,
         "model": embedder.model,
+        "query_model": embedder.query_model,
         "source": source,
         "derived_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -233,7 +234,10 @@ async def after_ingest(retriever: Retriever, index: VectorIndex, *, book_changed
     calibration and its second opinion's thresholds) and returns the calibration."""
     record = await _kept(index)
     kept = _parse(record, retriever.embedder)
-    if kept is not None and (_source(record) == "questions" or not book_changed):
+    # Scores come from the question's vector: one derived with another query model (the float32 graph before
+    # questions were embedded in int8) is re-derived, as a changed book's is.
+    questions_changed = not isinstance(record, Mapping) or record.get("query_model") != retriever.embedder.query_model
+    if kept is not None and (_source(record) == "questions" or not (book_changed or questions_changed)):
         if _source(record) == "questions":
             log.info("kept the calibration derived from your questions; `calibrate` derives one from the book again")
         use(retriever, kept, _parse_thresholds(record))
