@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,3 +270,25 @@ async def test_a_body_cut_off_mid_way_is_no_server_error_in_the_metrics_or_the_l
     assert after.get("499", 0) - before.get("499", 0) == 20
     assert {s for s in after if s.startswith("5") and after[s] != before.get(s, 0)} == set()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+
+
+def test_a_server_without_redis_never_loads_the_redis_client(demo_index_dir: Path, tmp_path: Path) -> None:
+    # redis-py costs ~6 MB of a server's memory at start; one that has no REDIS_URL has no use for it.
+    code = (
+        "import asyncio, os, sys\n"
+        "from server.core.settings import Settings\n"
+        "from server.web.app import create_app\n"
+        "from server.web.services import open_services\n"
+        "async def main():\n"
+        "    async with open_services(Settings.from_env(), chat=True) as services:\n"
+        "        assert services.chat is not None and services.limiter is not None\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m == 'redis' or m.startswith('redis.')))\n"
+    )
+    data_dir = copy_index(demo_index_dir, tmp_path / "data")
+    env = {"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "error", "REDIS_URL": "", "DATABASE_URL": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

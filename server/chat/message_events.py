@@ -17,8 +17,7 @@ from server.chat.service import ChatService
 from server.core.errors import DatabaseUnavailable
 from server.store.rows import MessageRow
 from server.streams import replay
-from server.streams.events import Event
-from server.streams.relay import STALL_LIMIT_S
+from server.streams.events import STALL_LIMIT_S, Event
 
 log = logging.getLogger(__name__)
 

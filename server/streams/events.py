@@ -14,6 +14,10 @@ from typing import Any, Literal
 
 from server.core.text import scrub
 
+# No event for this long from a stream still marked streaming: the worker generating it is gone (a remote
+# reader stops waiting, relay.py; a reader is no longer sent to wait for it, chat/message_events.py).
+STALL_LIMIT_S = 90.0
+
 EventType = Literal["meta", "sources", "notice", "token", "done", "error"]
 TERMINAL: frozenset[str] = frozenset({"done", "error"})
 

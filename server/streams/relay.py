@@ -22,14 +22,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from server.core import metrics
-from server.streams.events import TERMINAL, Event
+from server.streams.events import STALL_LIMIT_S, TERMINAL, Event
 
 log = logging.getLogger(__name__)
 
 CANCEL_CHANNEL = "tc:cancel"
 LISTEN_TTL_MS = 5000
 READ_BLOCK_MS = 1000  # below the client's socket timeout (DB_TIMEOUT_S), so a block never looks like a hang
-STALL_LIMIT_S = 90.0  # no event for this long: the generating worker is gone
 CLOSE_WAIT_S = 2.0
 QUEUE_MAX = 200_000  # events waiting for Redis (5,000 answers of 40 events each); beyond it they are dropped
 

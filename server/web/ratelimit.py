@@ -19,16 +19,18 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from limits import RateLimitItem, parse
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
-from redis.asyncio import BlockingConnectionPool
 
 from server.core import metrics
 from server.core.errors import RateLimited
 from server.core.settings import Settings
+
+if TYPE_CHECKING:
+    from redis.asyncio import BlockingConnectionPool
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class RateLimiter:
         self._redis: MovingWindowRateLimiter | None = None
         self._pool: BlockingConnectionPool | None = None
         if settings.redis_url:
+            from redis.asyncio import BlockingConnectionPool  # only with Redis: without it redis-py stays unloaded
+
             # Our own pool, so ``aclose`` can release its sockets (limits has no close of its own).
             self._pool = BlockingConnectionPool.from_url(
                 settings.redis_url,

@@ -12,8 +12,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redis.asyncio import BlockingConnectionPool, Redis
-
 from server.core.settings import Settings
 from server.index.embeddings import Embedder, create_embedder
 from server.index.vectors import VectorIndex
@@ -23,6 +21,8 @@ from server.web.auth import Authenticator
 from server.web.ratelimit import RateLimiter, StreamSlots
 
 if TYPE_CHECKING:
+    from redis.asyncio import BlockingConnectionPool, Redis
+
     from server.chat.service import ChatService
 
 log = logging.getLogger(__name__)
@@ -90,11 +90,14 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     from server.search.retrieval import Retriever
     from server.search.second_opinion import SecondOpinion
     from server.streams.capabilities import Capabilities
-    from server.streams.relay import RedisRelay
     from server.streams.streaming import StreamRegistry
 
     assert services.index is not None and services.embedder is not None
-    relay = RedisRelay(services.redis, ttl_s=settings.stream_ttl_s) if services.redis is not None else None
+    relay = None
+    if services.redis is not None:
+        from server.streams.relay import RedisRelay  # only with Redis: a server without it never loads redis-py
+
+        relay = RedisRelay(services.redis, ttl_s=settings.stream_ttl_s)
     registry = StreamRegistry(grace_s=settings.stream_grace_s, ttl_s=settings.stream_ttl_s, relay=relay)
     if relay is not None:
         await relay.start(on_cancel=registry.cancel_here)
@@ -130,6 +133,8 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
 
 
 def open_redis(url: str, *, timeout_s: float, max_connections: int = 200) -> Redis:
+    from redis.asyncio import Redis
+
     # from_pool: closing the client closes its pool (with Redis(connection_pool=...) it would not).
     return Redis.from_pool(redis_pool(url, timeout_s=timeout_s, max_connections=max_connections))
 
@@ -138,6 +143,8 @@ def redis_pool(url: str, *, timeout_s: float, max_connections: int) -> BlockingC
     """A pool that, when all ``max_connections`` are busy (a burst of questions), makes the next caller wait
     up to ``timeout_s`` for one to come back instead of failing at once (redis-py's default pool raises,
     and the callers then fall back to per-process counting)."""
+    from redis.asyncio import BlockingConnectionPool
+
     return BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
