@@ -126,9 +126,9 @@ class _ModelTimer:
 def _instrument(services: Any) -> None:
     chat = services.chat
     store, retriever, generator = chat.store, chat.retriever, chat.generator
-    for method in ("create_session", "authorize_session", "tokens_used_since", "start_exchange", "find_exchange"):
+    for method in ("session_for_question", "start_exchange", "find_exchange"):
         _wrap_async(store, method, f"db: {method}")
-    _wrap_async(store, "history", "db: history (earlier turns)")
+    _wrap_async(store, "recent_turns", "db: recent_turns (earlier turns)")
     _wrap_async(retriever, "retrieve", "retrieval (all)")
     _wrap_async(retriever.embedder, "embed_query", "retrieval: embed")
     _wrap_async(retriever.index, "hybrid_search", "retrieval: search")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -45,6 +46,45 @@ async def test_a_session_is_authorised_by_its_token_or_its_owner(store: Store) -
     assert await store.authorize_session(owned.id, token=None, user_id="user-1") is not None
     assert await store.authorize_session(owned.id, token=None, user_id="user-2") is None
     assert await store.authorize_session(uuid.uuid4(), token=anonymous.token, user_id=None) is None
+
+
+async def test_a_later_questions_session_check_gives_its_owner_and_its_tokens_in_one_call(store: Store) -> None:
+    session = await store.create_session()
+    since = datetime.now(UTC) - timedelta(days=1)
+    answered = await store.start_exchange(session.id, question="Q1")
+    done = Completion("A1", "complete", prompt_tokens=300, completion_tokens=40)
+    await store.finish_message(answered.assistant_message_id, done)
+    await store.start_exchange(session.id, question="Q2")  # its answer still streaming
+    owned, used = await store.session_for_question(
+        session.id, token=session.token, user_id=None, since=since, in_flight_tokens=1000
+    )
+    assert owned is not None and owned.id == session.id and used == 340 + 1000
+    refused, _ = await store.session_for_question(
+        session.id, token="wrong", user_id=None, since=since, in_flight_tokens=1000
+    )
+    assert refused is None
+    missing = await store.session_for_question(
+        uuid.uuid4(), token=session.token, user_id=None, since=since, in_flight_tokens=1
+    )
+    assert missing == (None, 0)
+    later = datetime.now(UTC) + timedelta(seconds=1)
+    assert (
+        await store.session_for_question(session.id, token=session.token, user_id=None, since=later, in_flight_tokens=1)
+    )[1] == 0
+
+
+async def test_the_prompts_turns_are_the_newest_questions_and_completed_answers_oldest_first(store: Store) -> None:
+    session = await store.create_session()
+    for n in range(4):
+        exchange = await store.start_exchange(session.id, question=f"Q{n}")
+        status = "failed" if n == 2 else "complete"
+        await store.finish_message(exchange.assistant_message_id, Completion(f"A{n}", status))  # type: ignore[arg-type]
+    await store.start_exchange(session.id, question="Q4")  # asked now: its answer is empty and streaming
+    turns = await store.recent_turns(session.id, limit=4)
+    assert [(t.role, t.content) for t in turns] == [("user", "Q2"), ("user", "Q3"), ("assistant", "A3"), ("user", "Q4")]
+    everything = await store.recent_turns(session.id, limit=100)
+    assert [t.content for t in everything] == ["Q0", "A0", "Q1", "A1", "Q2", "Q3", "A3", "Q4"]
+    assert await store.recent_turns(uuid.uuid4(), limit=4) == []
 
 
 async def test_a_first_question_creates_its_session_in_the_same_statement(store: Store, clean_db: str) -> None:

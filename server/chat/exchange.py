@@ -19,13 +19,12 @@ from datetime import UTC, datetime, timedelta
 
 from server.answer.prompts import HISTORY_BUDGET_TOKENS
 from server.chat.question import Question
-from server.chat.run import AnswerRun, discard, earlier_messages, retrieve
+from server.chat.run import AnswerRun, discard, earlier_turns, retrieve
 from server.chat.service import ChatService, Session, Started
 from server.core import metrics
 from server.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
 from server.search.retrieval import CONTEXT_BUDGET_TOKENS
-from server.store.rows import Exchange, LateQuestion, MessageRow, SessionToCreate, hash_token
-from server.store.sessions import Store
+from server.store.rows import Exchange, LateQuestion, SessionToCreate, TurnRow, hash_token
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +45,11 @@ async def start(
     """
     # Retrieval needs nothing from the database and decides the first token: it starts before anything is
     # read or written, runs while the session and the question are stored, and is dropped if the request is
-    # refused or turns out to be a repeat. The earlier turns are read beside the question's own write.
+    # refused or turns out to be a repeat. The earlier turns are read beside the session's check (one round
+    # trip: its owner and its token budget) and dropped, unread, if the check refuses the question.
     started = time.perf_counter()
     retrieval = asyncio.create_task(retrieve(chat, question))
-    history: asyncio.Task[list[MessageRow]] | None = None
+    history: asyncio.Task[list[TurnRow]] | None = None
     try:
         await asyncio.sleep(0)  # one turn of the loop: the question's embedding starts before any query is sent
         if question.module is not None:
@@ -66,8 +66,8 @@ async def start(
             )
         notices: list[tuple[str, str]] = []
         asked_at = datetime.now(UTC)
+        history = asyncio.create_task(earlier_turns(chat, question.session.id))
         session = await _session(chat, question, notices)
-        history = asyncio.create_task(earlier_messages(chat, session))
         session, exchange = await _exchange(chat, session, question, notices)
         if exchange is not None and exchange.session_id != session.id:
             raise Conflict("This client_request_id was already used in another conversation.")
@@ -181,10 +181,16 @@ async def _session(chat: ChatService, question: Question, notices: list[tuple[st
         return Session(asked_in.id or uuid.uuid4(), None, persisted=False)
     try:
         if asked_in.id is not None:
-            owned = await chat.store.authorize_session(asked_in.id, token=asked_in.token, user_id=user_id)
+            owned, used = await chat.store.session_for_question(
+                asked_in.id,
+                token=asked_in.token,
+                user_id=user_id,
+                since=datetime.now(UTC) - timedelta(days=1),
+                in_flight_tokens=IN_FLIGHT_TOKENS,
+            )
             if owned is None:
                 raise NotFound("No such session.", code="session_not_found")
-            await _check_token_budget(chat.store, asked_in.id, chat.daily_tokens)
+            _check_token_budget(used, chat.daily_tokens)
             return Session(asked_in.id, None, persisted=True)
         # A new session's id and token are made here and the row is written with the question, in one
         # statement (``_exchange``): nothing about a new session can be refused.
@@ -206,9 +212,8 @@ def _session_metadata(chat: ChatService, caller: str) -> dict[str, str]:
 IN_FLIGHT_TOKENS = CONTEXT_BUDGET_TOKENS + HISTORY_BUDGET_TOKENS + 1000
 
 
-async def _check_token_budget(store: Store, session_id: uuid.UUID, budget: int) -> None:
-    now = datetime.now(UTC)
-    used = await store.tokens_used_since(session_id, now - timedelta(days=1), in_flight_tokens=IN_FLIGHT_TOKENS)
+def _check_token_budget(used: int, budget: int) -> None:
+    """``used``: the session's tokens of the last day (answers still streaming counted as ``IN_FLIGHT_TOKENS``)."""
     if used >= budget:
         metrics.RATE_LIMITED.labels("token_budget").inc()
         raise RateLimited(

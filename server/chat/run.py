@@ -31,7 +31,7 @@ from server.chat.service import ChatService, Session
 from server.core import logs, metrics
 from server.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
 from server.search.retrieval import Retrieval, Source
-from server.store.rows import Citation, Completion, Exchange, LateQuestion, MessageRow
+from server.store.rows import Citation, Completion, Exchange, LateQuestion, TurnRow
 from server.store.writes import AnswerWriter
 from server.streams.streaming import MessageStream
 
@@ -80,13 +80,13 @@ class AnswerRun:
     async def run(
         self,
         retrieving: asyncio.Task[Retrieval | None],
-        reading: asyncio.Task[list[MessageRow]],
+        reading: asyncio.Task[list[TurnRow]],
         on_finish: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Answer the question into the stream, then queue the answer for Postgres: into ``exchange`` when the
         question was stored as it was asked, or with ``late`` (the question, written with its answer) when not;
         ``on_finish`` runs last, whatever happened. ``retrieving`` and ``reading`` (the session's earlier
-        messages, ``earlier_messages``) were started when the question was accepted and run beside its writes."""
+        turns, ``earlier_turns``) were started when the question was accepted and run beside its checks and writes."""
         chat, stream, state = self.chat, self.stream, self.state
         logs.bind_message(stream.message_id)
         metrics.GENERATIONS.inc()
@@ -226,7 +226,7 @@ class AnswerRun:
         timings = {**retrieval.timings_ms, "first_token": 0.0, "total": retrieval.timings_ms["retrieval"]}
         self._done("declined", timings)
 
-    async def _answer(self, retrieval: Retrieval, reading: asyncio.Task[list[MessageRow]]) -> None:
+    async def _answer(self, retrieval: Retrieval, reading: asyncio.Task[list[TurnRow]]) -> None:
         chat, stream, state = self.chat, self.stream, self.state
         state.sources = retrieval.sources
         state.confidence = retrieval.confidence
@@ -277,16 +277,12 @@ class AnswerRun:
         }
         self._done(finish_reason, timings)
 
-    def _turns(self, messages: list[MessageRow]) -> list[Turn]:
-        """The conversation before this question: the earlier messages less this exchange's own (read beside its
-        write, the read may or may not see them) and less answers that did not complete."""
+    def _turns(self, stored: list[TurnRow]) -> list[Turn]:
+        """The conversation before this question: the stored turns less this exchange's own question (read
+        beside its write, the read may or may not see it)."""
         exchange = self.exchange
         current = {exchange.user_message_id, exchange.assistant_message_id} if exchange else set()
-        turns = [
-            Turn(role=m.role, content=m.content)
-            for m in messages
-            if m.id not in current and m.content and (m.role == "user" or m.status == "complete")
-        ]
+        turns = [Turn(role=t.role, content=t.content) for t in stored if t.id not in current]
         return turns[-HISTORY_MESSAGES:]
 
     def _end_cancelled(self) -> None:
@@ -344,14 +340,15 @@ class AnswerRun:
             log.info("answer queued for writing", extra={"message_id": str(message_id)})
 
 
-async def earlier_messages(chat: ChatService, session: Session) -> list[MessageRow]:
-    """The session's stored messages, for the prompt's history; none for a session this request created (or
-    one not stored), and none when the database cannot say (the answer goes on without them)."""
+async def earlier_turns(chat: ChatService, session_id: uuid.UUID | None) -> list[TurnRow]:
+    """The prompt's history: the newest turns stored in the session the question was asked in; none for a
+    first question, and none when the database cannot say (the answer goes on without them)."""
     store = chat.store
-    if store is None or not session.persisted or not store.available or session.token is not None:
+    if store is None or session_id is None or not store.available:
         return []
     try:
-        return await store.history(session.id, limit=500)
+        # One more than the prompt keeps: this very question may be among them (``_turns`` drops it).
+        return await store.recent_turns(session_id, limit=HISTORY_MESSAGES + 1)
     except DatabaseUnavailable:
         return []
 

@@ -88,6 +88,15 @@ class MessageRow:
     citations: tuple[Citation, ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """A message of the conversation as a prompt's history reads it: a question, or an answer that completed."""
+
+    id: uuid.UUID
+    role: Role
+    content: str
+
+
 @dataclass(frozen=True)
 class Exchange:
     """One question: the stored user message and the assistant message that answers it."""

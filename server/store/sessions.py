@@ -32,6 +32,7 @@ from server.store.rows import (
     SessionRow,
     SessionSummary,
     SessionToCreate,
+    TurnRow,
     hash_token,
 )
 
@@ -65,16 +66,32 @@ class Store(Database):
         self, session_id: uuid.UUID, *, token: str | None, user_id: str | None
     ) -> SessionRow | None:
         """The session if ``token`` matches its hash or ``user_id`` owns it; otherwise None (callers answer 404)."""
+        row = await self._fetchone(f"SELECT {_SESSION_COLUMNS} FROM chat_sessions s WHERE s.id = %s", (session_id,))
+        return _owned(row, token=token, user_id=user_id)
+
+    async def session_for_question(
+        self, session_id: uuid.UUID, *, token: str | None, user_id: str | None, since: datetime, in_flight_tokens: int
+    ) -> tuple[SessionRow | None, int]:
+        """A later question's two checks in one round trip: the session as ``authorize_session`` gives it, and
+        the tokens its answers used since ``since``. An answer still streaming (started in the last 15 minutes:
+        older ones are orphans a worker left) counts as ``in_flight_tokens``, its usage not known yet."""
         row = await self._fetchone(
-            "SELECT id, user_id, token_hash, created_at, last_activity_at, metadata FROM chat_sessions WHERE id = %s",
-            (session_id,),
+            f"""
+            SELECT {_SESSION_COLUMNS}, (
+                SELECT coalesce(sum(
+                    CASE WHEN m.role = 'assistant' AND m.status = 'streaming'
+                              AND m.created_at > now() - interval '15 minutes'
+                         THEN %s
+                         ELSE coalesce(m.prompt_tokens, 0) + coalesce(m.completion_tokens, 0) END
+                ), 0)
+                FROM chat_messages m WHERE m.session_id = s.id AND m.created_at >= %s
+            ) AS used
+            FROM chat_sessions s WHERE s.id = %s
+            """,
+            (in_flight_tokens, since, session_id),
         )
-        if row is None:
-            return None
-        token_hash = row.pop("token_hash")
-        by_token = token is not None and hmac.compare_digest(token_hash, hash_token(token))
-        by_user = user_id is not None and row["user_id"] == user_id
-        return SessionRow(**row) if (by_token or by_user) else None
+        used = int(row.pop("used")) if row else 0
+        return _owned(row, token=token, user_id=user_id), used
 
     async def delete_session(self, session_id: uuid.UUID) -> bool:
         async with self._conn() as conn:
@@ -274,6 +291,20 @@ class Store(Database):
         citations = await self._citations_for([message_id])
         return MessageRow(**row, citations=tuple(citations.get(message_id, ())))
 
+    async def recent_turns(self, session_id: uuid.UUID, *, limit: int) -> list[TurnRow]:
+        """The newest ``limit`` questions and completed answers, oldest first, in one round trip (a prompt's
+        history: no citations, and none of the empty or unfinished answers ``history`` also lists)."""
+        rows = await self._fetchall(
+            """
+            SELECT id, role, content FROM chat_messages
+            WHERE session_id = %s AND content <> '' AND (role = 'user' OR status = 'complete')
+            ORDER BY created_at DESC, role ASC
+            LIMIT %s
+            """,
+            (session_id, limit),
+        )
+        return [TurnRow(**row) for row in reversed(rows)]
+
     async def history(
         self, session_id: uuid.UUID, *, limit: int = 50, after: datetime | None = None
     ) -> list[MessageRow]:
@@ -303,23 +334,6 @@ class Store(Database):
                 (rating, comment, message_id, session_id),
             )
             return cur.rowcount > 0
-
-    async def tokens_used_since(self, session_id: uuid.UUID, since: datetime, *, in_flight_tokens: int = 0) -> int:
-        """Tokens the session's answers used since ``since``; an answer still streaming (started in the last
-        15 minutes: older ones are orphans a worker left) counts as ``in_flight_tokens``, its usage not known yet."""
-        row = await self._fetchone(
-            """
-            SELECT coalesce(sum(
-                CASE WHEN role = 'assistant' AND status = 'streaming'
-                          AND created_at > now() - interval '15 minutes'
-                     THEN %s
-                     ELSE coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0) END
-            ), 0) AS used
-            FROM chat_messages WHERE session_id = %s AND created_at >= %s
-            """,
-            (in_flight_tokens, session_id, since),
-        )
-        return int(row["used"]) if row else 0
 
     async def end_streaming(self, message_id: uuid.UUID, status: Literal["failed", "interrupted"]) -> bool:
         """End an answer still ``streaming`` with ``status``: ``failed`` when its text could not be stored,
@@ -450,6 +464,19 @@ class Store(Database):
         for row in rows:
             grouped.setdefault(row.pop("message_id"), []).append(Citation(**row))
         return grouped
+
+
+_SESSION_COLUMNS = "s.id, s.user_id, s.token_hash, s.created_at, s.last_activity_at, s.metadata"
+
+
+def _owned(row: dict[str, Any] | None, *, token: str | None, user_id: str | None) -> SessionRow | None:
+    """The session of ``row`` (``_SESSION_COLUMNS``) if ``token`` matches its hash or ``user_id`` owns it."""
+    if row is None:
+        return None
+    token_hash = row.pop("token_hash")
+    by_token = token is not None and hmac.compare_digest(token_hash, hash_token(token))
+    by_user = user_id is not None and row["user_id"] == user_id
+    return SessionRow(**row) if (by_token or by_user) else None
 
 
 _MESSAGE_COLUMNS = (
