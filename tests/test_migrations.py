@@ -90,3 +90,22 @@ def test_checks_refuse_values_outside_the_contract(scratch_url: str, column: str
         conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(insert, list(row.values()))
+
+
+def test_a_repeated_requests_question_and_answer_are_both_found_by_index(scratch_url: str) -> None:
+    command.upgrade(alembic_config(scratch_url), "head")
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("SET enable_seqscan = off")  # which plan is possible, not which a tiny table prefers
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                """
+                EXPLAIN SELECT u.id, a.id FROM chat_messages u
+                JOIN chat_messages a ON a.client_request_id = u.client_request_id AND a.role = 'assistant'
+                WHERE u.client_request_id = %s AND u.role = 'user'
+                """,
+                (uuid.uuid4(),),
+            ).fetchall()
+        )
+    assert "Seq Scan" not in plan
+    assert "ux_chat_messages_client_request" in plan and "ix_chat_messages_answer_request" in plan
