@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-import psutil
-
 from server.core.settings import Settings
 from server.store import migrate
 
@@ -82,6 +80,8 @@ def _forget_dead_handles(pgdata: Path) -> None:
         pids = json.loads(handles.read_text())
     except (OSError, ValueError):
         return
+    import psutil  # here: only the embedded Postgres needs it
+
     alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
     if alive != pids:
         handles.write_text(json.dumps(alive))

@@ -15,10 +15,8 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from markdown_it import MarkdownIt
-from markdown_it.rules_core import StateCore
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -31,6 +29,10 @@ from server.book.slugs import Slugger, read_front_matter
 from server.core import resources
 from server.core.settings import Settings
 from server.index.ingest import docs_root
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.rules_core import StateCore
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +199,8 @@ def routes(settings: Settings, *, dist_dir: Path = DIST_DIR) -> list[BaseRoute]:
 
 
 def _markdown() -> MarkdownIt:
+    from markdown_it import MarkdownIt  # here: a server whose book pages nobody opens never loads it
+
     md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
     md.core.ruler.push("doc_links", _doc_links)
     return md
