@@ -435,6 +435,23 @@ async def test_minilm_declines_a_near_miss_and_an_unrelated_question(demo_retrie
     assert len(unrelated.related) == 3
 
 
+@pytest.mark.parametrize(
+    "asked",
+    [
+        "WHY USE A TEACHER-STUDENT SCHEME FOR LOCOMOTION POLICIES?",  # caps lock
+        "Why use a Teacher-Student scheme for locomotion policies?",  # the book writes "Teacher–Student"
+    ],
+)
+async def test_a_question_is_answered_as_its_lowercase_twin_whatever_its_capitals(
+    demo_retriever: Retriever, asked: str
+) -> None:
+    twin = await demo_retriever.retrieve(asked.lower())
+    result = await demo_retriever.retrieve(asked)
+    assert not twin.declined and not result.declined
+    assert result.confidence == pytest.approx(twin.confidence, abs=0.02)
+    assert result.sources[0].url == twin.sources[0].url
+
+
 # -- informative terms the book never uses ---------------------------------------------------------
 
 

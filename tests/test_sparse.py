@@ -19,6 +19,12 @@ def test_identifiers_are_kept_whole_and_split_into_parts() -> None:
     ]
 
 
+def test_a_compound_written_with_a_typographic_hyphen_is_the_compound_written_with_a_hyphen() -> None:
+    assert terms("Teacher–Student training") == ["teacher-student", "teacher", "student", "training"]
+    assert terms("a non\u2011linear model") == terms("a non-linear model")
+    assert terms("sim—real") == ["sim", "real"]  # an em dash sets off a clause: no compound
+
+
 def test_stopwords_and_single_letters_are_dropped_and_plurals_folded() -> None:
     assert terms("What are the topics and policies of a robot?") == ["topic", "policy", "robot"]
     assert terms("the status of this bus") == ["status", "bus"]  # -us and -ss words keep their s
@@ -39,6 +45,9 @@ def test_stopwords_and_single_letters_are_dropped_and_plurals_folded() -> None:
         ("How does Physical AI differ from traditional AI? Thanks!", ["physical", "ai"]),  # a sentence's capital
         ("Explain PID tuning. Also, what does Ziegler suggest?", ["pid", "ziegler"]),
         ("Which ROS release came out in 2022, and is Python 3.10 supported?", ["ros", "python"]),
+        ("Why use a Teacher–Student scheme?", ["teacher-student"]),  # an en dash joins as a hyphen does
+        ("WHY USE A TEACHER-STUDENT SCHEME FOR LOCOMOTION POLICIES?", []),  # caps lock: capitals say nothing
+        ("HOW DO I SET UP ROS2_CONTROL ON AN ESP32?", ["ros2_control", "esp32"]),  # digits and _ still do
     ],
 )
 def test_names_are_identifiers_and_capitalised_words_after_the_first(question: str, expected: list[str]) -> None:

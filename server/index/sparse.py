@@ -42,10 +42,15 @@ class Sparse:
     values: tuple[float, ...]
 
 
+# Typographic hyphens join a compound as "-" does: a book's "teacher–student" (an en dash) is the compound a
+# reader types as "teacher-student". The em dash, which sets off a clause, is left alone.
+_HYPHENS = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013", "-"))
+
+
 def terms(text: str) -> list[str]:
     """Lower-cased terms in order: whole identifiers and their parts, stopwords dropped, plurals folded."""
     result: list[str] = []
-    for match in _IDENTIFIER.finditer(text.lower()):
+    for match in _IDENTIFIER.finditer(text.translate(_HYPHENS).lower()):
         token = match.group()
         parts = re.split(r"[._\-/:]", token)
         if len(parts) > 1:
@@ -110,12 +115,17 @@ def _wordpiece() -> Any:
 
 def names(text: str) -> list[str]:
     """The terms of what a question names: identifiers (``ros2_control``, ``ESP32``, ``MoveIt``) and capitalised
-    words after the first (``Tesla``, ``Cartographer``). A book that never mentions one cannot answer about it."""
+    words after the first (``Tesla``, ``Cartographer``). A book that never mentions one cannot answer about it.
+
+    A question with no lower-case letter (caps lock) says nothing by its capitals: only digits, dots and
+    underscores make a name there."""
     found: list[str] = []
+    text = text.translate(_HYPHENS)
+    cased = any(c.islower() for c in text)
     for position, match in enumerate(_NAME.finditer(text)):
         token = match.group()
-        identifier = any(c.isdigit() or c in "_." for c in token) or any(c.isupper() for c in token[1:])
-        capitalised = position > 0 and token[0].isupper() and not _starts_sentence(text, match.start())
+        identifier = any(c.isdigit() or c in "_." for c in token) or (cased and any(c.isupper() for c in token[1:]))
+        capitalised = cased and position > 0 and token[0].isupper() and not _starts_sentence(text, match.start())
         if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
             continue
         if all(c.isdigit() or c in "._" for c in token):
