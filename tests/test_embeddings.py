@@ -181,6 +181,22 @@ async def test_a_question_is_embedded_by_the_int8_graph_within_cosine_0_98_of_th
         assert 0.98 <= cosine < 0.99999, (text[:40], cosine)  # close, and not the float32 graph itself
 
 
+def test_a_model_cache_without_the_questions_int8_copy_gets_one_and_loses_its_stale_files(
+    embedder: LocalEmbedder, tmp_path: Path
+) -> None:
+    built_cache = onnx_minilm.cached_model(embedder._data_dir).graph.parent  # noqa: SLF001 -- its cache
+    models = tmp_path / "models"
+    shutil.copytree(built_cache, models)
+    files = onnx_minilm.cached_model(tmp_path)
+    built = files.graph.stat().st_mtime_ns
+    files.query_graph.unlink()  # as a cache made before questions had an int8 copy
+    stale = models / f"{onnx_minilm.MODEL_NAME}-0000000000000000.int8.onnx"
+    stale.write_bytes(b"an older copy")
+    again = onnx_minilm.cached_model(tmp_path)
+    assert again == files and files.query_graph.is_file() and not stale.exists()
+    assert files.graph.stat().st_mtime_ns == built  # the float32 graph is not built again
+
+
 async def test_a_question_embedded_in_int8_finds_the_chunk_the_float32_question_finds(
     embedder: LocalEmbedder,
 ) -> None:

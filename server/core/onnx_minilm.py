@@ -44,6 +44,8 @@ OUTPUT_NAME = "sentence_embedding"
 
 # Bump when the graph below changes, so cached graphs from older code are rebuilt.
 _GRAPH_VERSION = 2
+# Bump when ``quantize_model`` changes, so the questions' int8 copy is made again.
+_QUERY_GRAPH_VERSION = 1
 _WORD_TABLE = "embeddings.word_embeddings.weight"
 _OPSET = 18
 
@@ -134,14 +136,18 @@ def cached_model(data_dir: Path) -> ModelFiles:
     files = ModelFiles(
         graph=stem.with_suffix(".onnx"),
         words=stem.with_suffix(".words.npy"),
-        query_graph=stem.with_suffix(".int8.onnx"),
+        query_graph=stem.with_suffix(f".int8-v{_QUERY_GRAPH_VERSION}.onnx"),
     )
+    built = False
     if not (files.graph.is_file() and files.words.is_file()):
         build_model(source, files)
-    if not files.query_graph.is_file():
+        built = True
+    if not files.query_graph.is_file():  # also in a cache made before questions had their int8 copy
         quantize_model(files.graph, files.query_graph)
-        for stale in stem.parent.glob(f"{MODEL_NAME}-*"):  # older graphs (another version, another model file)
-            if not stale.name.startswith(stem.name):
+        built = True
+    if built:
+        for stale in stem.parent.glob(f"{MODEL_NAME}-*"):  # older files (another version, another model file)
+            if stale not in (files.graph, files.words, files.query_graph):
                 stale.unlink(missing_ok=True)
     return files
 
