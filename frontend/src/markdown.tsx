@@ -1,10 +1,11 @@
 /**
- * A small Markdown renderer for answers (paragraphs, headings, lists, quotes, fenced code, inline code,
- * emphasis, links) straight to React elements, so nothing is parsed as HTML; `[n]` becomes a citation link.
+ * A small Markdown renderer for answers (paragraphs, headings, lists, quotes, fenced code, pipe tables, inline
+ * code, emphasis, links) straight to React elements, so nothing is parsed as HTML; `[n]` becomes a citation link.
  * It tolerates the half-finished Markdown of a stream in progress (an unclosed fence is still code).
  */
 import type { ReactNode } from "react";
 import { CodeBlock } from "./CodeBlock";
+import { readTable, tableLabel, type Align, type TableBlock } from "./markdownTable";
 
 export interface CitationTarget {
   n: number;
@@ -17,6 +18,7 @@ type Block =
   | { kind: "heading"; level: number; text: string }
   | { kind: "list"; ordered: boolean; items: string[] }
   | { kind: "quote"; text: string }
+  | ({ kind: "table" } & TableBlock)
   | { kind: "paragraph"; text: string };
 
 const FENCE = /^\s{0,3}(`{3,}|~{3,})\s*([\w+-]*)/;
@@ -24,6 +26,11 @@ const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
 const BULLET = /^\s{0,3}[-*+]\s+(.*)$/;
 const NUMBERED = /^\s{0,3}\d{1,9}[.)]\s+(.*)$/;
 const QUOTE = /^\s{0,3}>\s?(.*)$/;
+
+/** Whether a line opens a block of its own (and so ends a table's rows). */
+function startsBlock(line: string): boolean {
+  return [FENCE, HEADING, BULLET, NUMBERED, QUOTE].some((pattern) => pattern.test(line));
+}
 
 export function parseBlocks(markdown: string): Block[] {
   const lines = markdown.replace(/\r\n?/g, "\n").split("\n");
@@ -77,6 +84,13 @@ export function parseBlocks(markdown: string): Block[] {
       blocks.push({ kind: "quote", text: body.join("\n") });
       continue;
     }
+    const table = readTable(lines, i, startsBlock);
+    if (table) {
+      flush();
+      blocks.push({ kind: "table", ...table.table });
+      i = table.end - 1;
+      continue;
+    }
     if (!line.trim()) flush();
     else paragraph.push(line);
   }
@@ -105,7 +119,36 @@ function renderBlock(block: Block, key: number, byN: Map<number, CitationTarget>
       return <blockquote key={key}>{inline(block.text, byN)}</blockquote>;
     case "paragraph":
       return <p key={key}>{inline(block.text, byN)}</p>;
+    case "table":
+      return renderTable(block, key, byN);
   }
+}
+
+/** A table in a box that scrolls sideways when it is wider than the panel; keyboard users can focus and scroll it. */
+function renderTable(table: TableBlock, key: number, byN: Map<number, CitationTarget>): ReactNode {
+  const cell = (Tag: "th" | "td", text: string, column: number): ReactNode => (
+    <Tag key={column} scope={Tag === "th" ? "col" : undefined} style={alignStyle(table.align[column])}>
+      {inline(text, byN)}
+    </Tag>
+  );
+  return (
+    <div key={key} className="tc-table-scroll" role="region" aria-label={tableLabel(table.header)} tabIndex={0}>
+      <table>
+        <thead>
+          <tr>{table.header.map((text, j) => cell("th", text, j))}</tr>
+        </thead>
+        <tbody>
+          {table.rows.map((row, r) => (
+            <tr key={r}>{row.map((text, j) => cell("td", text, j))}</tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+function alignStyle(align: Align): { textAlign: NonNullable<Align> } | undefined {
+  return align ? { textAlign: align } : undefined;
 }
 
 // Order matters: code spans first (nothing inside them is Markdown), then links, citations, emphasis.
