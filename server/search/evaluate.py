@@ -186,10 +186,10 @@ def calibrate(outcomes: Sequence[Outcome]) -> Calibration:
         raise ValueError("calibration needs at least 4 answerable and 2 out-of-scope questions")
     top_oos, bottom_answerable = oos[-1], answerable[0]
     if top_oos >= bottom_answerable:
-        top_oos, bottom_answerable = _quantile(oos, 0.9), _quantile(answerable, 0.1)
+        top_oos, bottom_answerable = book_calibration.quantile(oos, 0.9), book_calibration.quantile(answerable, 0.1)
     decline = (top_oos + bottom_answerable) / 2
-    low = max(_quantile(answerable, 0.1), decline + 0.05)
-    high = max(_quantile(answerable, 0.75), low + 0.05)
+    low = max(book_calibration.quantile(answerable, 0.1), decline + 0.05)
+    high = max(book_calibration.quantile(answerable, 0.75), low + 0.05)
     return Calibration(decline=round(decline, 3), low=round(low, 3), high=round(min(high, 0.99), 3))
 
 
@@ -212,7 +212,7 @@ def calibrate_opinion(outcomes: Sequence[Outcome], thresholds: Thresholds) -> Th
         raise ValueError("the second opinion needs at least 2 answerable and 2 out-of-scope questions in its band")
     top_oos, bottom_answerable = oos[-1], answerable[0]
     if top_oos >= bottom_answerable:
-        top_oos, bottom_answerable = _quantile(oos, 0.9), _quantile(answerable, 0.1)
+        top_oos, bottom_answerable = book_calibration.quantile(oos, 0.9), book_calibration.quantile(answerable, 0.1)
     decline = round((top_oos + bottom_answerable) / 2, 2)
     overturn = round(max(0.0, decline + book_calibration.OVERTURN_GAP), 2)
     return replace(thresholds, decline_below=decline, overturn_above=max(overturn, decline + 0.01))
@@ -277,13 +277,13 @@ def opinion_report(outcomes: Sequence[Outcome], thresholds: Thresholds) -> str:
 
 def calibration_report(outcomes: Sequence[Outcome], current: Calibration) -> str:
     """The calibration these questions suggest, and how well each fold's calibration does on the other fold."""
-    lines = [f"calibration in use:     {_points(current)}"]
+    lines = [f"calibration in use:     {book_calibration.points(current)}"]
     try:
-        lines.append(f"derived from these:     {_points(calibrate(outcomes))}")
+        lines.append(f"derived from these:     {book_calibration.points(calibrate(outcomes))}")
         for n, (calibration, declined, wrongly) in enumerate(cross_validate(outcomes), start=1):
             lines.append(
-                f"fold {n} -> other fold:  {_points(calibration)}; out of scope declined {declined:.3f}, "
-                f"answerable wrongly declined {wrongly:.3f}"
+                f"fold {n} -> other fold:  {book_calibration.points(calibration)}; "
+                f"out of scope declined {declined:.3f}, answerable wrongly declined {wrongly:.3f}"
             )
     except ValueError as exc:
         lines.append(f"cannot calibrate: {exc}")
@@ -404,18 +404,6 @@ def _mean(values: Iterable[float]) -> float:
 def _median(values: Iterable[float]) -> float | None:
     items = list(values)
     return round(statistics.median(items), 4) if items else None
-
-
-def _points(calibration: Calibration) -> str:
-    return f"decline {calibration.decline:.3f}, low {calibration.low:.3f}, high {calibration.high:.3f}"
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile of an ascending list."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _optional(value: float | None) -> str:
