@@ -129,6 +129,16 @@ def demo_env(demo_index_dir: Path, tmp_path: Path, database_url: str, llm_url: s
     }
 
 
+def worker_envs(
+    demo_index_dir: Path, tmp_path: Path, database_url: str, llm_url: str, **settings: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Two server processes sharing Postgres and Redis, as behind a load balancer: each is ``demo_env`` (so its
+    own copy of the index) with Redis, a stream grace period, quiet logs and ``settings``."""
+    shared = {"REDIS_URL": TEST_REDIS_URL, "STREAM_GRACE_S": "5", "LOG_LEVEL": "warning", **settings}
+    first, second = (demo_env(demo_index_dir, tmp_path, database_url, llm_url) for _ in range(2))
+    return {**first, **shared}, {**second, **shared}
+
+
 def new_id() -> uuid.UUID:
     return uuid.uuid4()
 

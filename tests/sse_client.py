@@ -91,6 +91,20 @@ async def read_all(client: httpx.AsyncClient, method: str, url: str, **kwargs: A
         return [event async for event in events(response)]
 
 
+async def read_some(
+    client: httpx.AsyncClient, url: str, *, tokens: int, headers: dict[str, str] | None = None
+) -> list[SSEEvent]:
+    """Read until ``tokens`` token events arrived, then drop the connection."""
+    seen: list[SSEEvent] = []
+    async with client.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200
+        async for event in events(response):
+            seen.append(event)
+            if sum(e.event == "token" for e in seen) == tokens:
+                break
+    return seen
+
+
 def answer_text(stream: list[SSEEvent]) -> str:
     return "".join(e.json()["text"] for e in stream if e.event == "token")
 

@@ -24,11 +24,11 @@ import pytest
 import redis
 import yaml  # type: ignore[import-untyped]  # PyYAML comes with uvicorn[standard]; no stubs locked
 
-from tests.conftest import ROOT, TEST_REDIS_URL, copy_index
+from tests.conftest import ROOT, TEST_REDIS_URL, worker_envs
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import free_port, server_process, serving
-from tests.sse_client import answer_text, read_all
-from tests.test_resume import KEY, LONG_ANSWER, QUESTION, read_some, stored_answer
+from tests.sse_client import answer_text, read_all, read_some
+from tests.test_resume import KEY, LONG_ANSWER, QUESTION, stored_answer
 
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
@@ -123,20 +123,15 @@ async def deployment(
     tmp = tmp_path_factory.mktemp("deploy")
     fake = FakeOpenAI()
     async with serving(fake.app()) as llm_url:
-        common = {
-            "DATABASE_URL": database_url,
-            "REDIS_URL": TEST_REDIS_URL,
-            "OPENAI_API_KEY": "sk-test",
-            "OPENAI_BASE_URL": f"{llm_url}/v1",
-            "EMBEDDER": "local",
-            "STREAM_SIGNING_KEY": KEY,
-            "STREAM_GRACE_S": "5",
-            "LOG_LEVEL": "warning",
-            "TRUSTED_PROXIES": "127.0.0.1/32",  # nginx connects to the servers from 127.0.0.1
-            "RATE_LIMIT_ANON": "1/hour",
-        }
-        env_a = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp / "a"))}
-        env_b = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp / "b"))}
+        env_a, env_b = worker_envs(
+            demo_index_dir,
+            tmp,
+            database_url,
+            llm_url,
+            STREAM_SIGNING_KEY=KEY,
+            TRUSTED_PROXIES="127.0.0.1/32",  # nginx connects to the servers from 127.0.0.1
+            RATE_LIMIT_ANON="1/hour",
+        )
         async with (
             server_process(env_a, tmp / "a.log") as (_, url_a),
             server_process(env_b, tmp / "b.log") as (_, url_b),

@@ -19,10 +19,10 @@ import redis
 
 from server.cli import SHUTDOWN_FLUSH_S
 from server.streams.relay import events_key
-from tests.conftest import TEST_REDIS_URL, Chat, copy_index
+from tests.conftest import TEST_REDIS_URL, Chat, worker_envs
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import server_process, serving
-from tests.sse_client import SSEEvent, answer_text, events, read_all
+from tests.sse_client import SSEEvent, answer_text, read_all, read_some
 
 QUESTION = "How does a humanoid keep its balance?"
 R = "\ufffd"
@@ -88,19 +88,14 @@ async def test_a_second_worker_resumes_later_answers_and_sigterm_exits_within_th
     fake = FakeOpenAI(default=ok(later_answer, token_delay_s=0.02)).then(Behaviour(pieces=pieces))
     grace_s = 3.0
     async with serving(fake.app()) as llm_url:
-        common = {
-            "DATABASE_URL": clean_db,
-            "REDIS_URL": TEST_REDIS_URL,
-            "OPENAI_API_KEY": "sk-test",
-            "OPENAI_BASE_URL": f"{llm_url}/v1",
-            "EMBEDDER": "local",
-            "STREAM_SIGNING_KEY": "test-signing-key",
-            "STREAM_GRACE_S": "5",
-            "SHUTDOWN_GRACE_S": str(grace_s),
-            "LOG_LEVEL": "warning",
-        }
-        env_a = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "a"))}
-        env_b = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "b"))}
+        env_a, env_b = worker_envs(
+            demo_index_dir,
+            tmp_path,
+            clean_db,
+            llm_url,
+            STREAM_SIGNING_KEY="test-signing-key",
+            SHUTDOWN_GRACE_S=str(grace_s),
+        )
         log_a = tmp_path / "a.log"
         async with (
             server_process(env_a, log_a) as (process_a, url_a),
@@ -109,12 +104,7 @@ async def test_a_second_worker_resumes_later_answers_and_sigterm_exits_within_th
         ):
             hostile = await ask(client, url_a)
             created = (await client.post(f"{url_a}/api/chat/messages", json={"question": QUESTION})).json()
-            first: list[SSEEvent] = []
-            async with client.stream("GET", url_a + created["stream_url"]) as response:
-                async for event in events(response):
-                    first.append(event)
-                    if sum(e.event == "token" for e in first) == 3:
-                        break
+            first = await read_some(client, url_a + created["stream_url"], tokens=3)
             rest = await read_all(
                 client, "GET", url_b + created["stream_url"], headers={"Last-Event-ID": first[-1].id or ""}
             )

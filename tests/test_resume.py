@@ -22,10 +22,10 @@ import redis
 from server.core.settings import Settings
 from server.streams.capabilities import Capabilities
 from server.web.app import create_app
-from tests.conftest import TEST_REDIS_URL, copy_index
+from tests.conftest import TEST_REDIS_URL, copy_index, worker_envs
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import server_process, serving
-from tests.sse_client import SSEEvent, answer_text, events, of_type, read_all
+from tests.sse_client import answer_text, of_type, read_all, read_some
 
 QUESTION = "How does a humanoid keep its balance?"
 LONG_ANSWER = " ".join(f"w{i}" for i in range(120)) + " [1]."
@@ -71,20 +71,6 @@ async def post_message(client: httpx.AsyncClient, **fields: Any) -> dict[str, An
     assert response.status_code == 202, response.text
     created: dict[str, Any] = response.json()
     return created
-
-
-async def read_some(
-    client: httpx.AsyncClient, url: str, *, tokens: int, headers: dict[str, str] | None = None
-) -> list[SSEEvent]:
-    """Read until ``tokens`` token events arrived, then drop the connection."""
-    seen: list[SSEEvent] = []
-    async with client.stream("GET", url, headers=headers) as response:
-        assert response.status_code == 200
-        async for event in events(response):
-            seen.append(event)
-            if sum(e.event == "token" for e in seen) == tokens:
-                break
-    return seen
 
 
 def stored_answer(database_url: str, message_id: str) -> tuple[str, str]:
@@ -276,18 +262,7 @@ async def test_a_reader_moves_to_another_worker_mid_answer_and_gets_every_event_
 ) -> None:
     fake = FakeOpenAI(default=ok(LONG_ANSWER, token_delay_s=0.02))
     async with serving(fake.app()) as llm_url:
-        common = {
-            "DATABASE_URL": clean_db,
-            "REDIS_URL": TEST_REDIS_URL,
-            "OPENAI_API_KEY": "sk-test",
-            "OPENAI_BASE_URL": f"{llm_url}/v1",
-            "EMBEDDER": "local",
-            "STREAM_SIGNING_KEY": KEY,
-            "STREAM_GRACE_S": "5",
-            "LOG_LEVEL": "warning",
-        }
-        env_a = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "a"))}
-        env_b = {**common, "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / "b"))}
+        env_a, env_b = worker_envs(demo_index_dir, tmp_path, clean_db, llm_url, STREAM_SIGNING_KEY=KEY)
         async with (
             server_process(env_a, tmp_path / "a.log") as (_, url_a),
             server_process(env_b, tmp_path / "b.log") as (_, url_b),
