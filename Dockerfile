@@ -16,4 +16,4 @@ RUN /app/.venv/bin/pip install --no-cache-dir --no-deps -e . \
 ENV PATH=/app/.venv/bin:$PATH
 EXPOSE 8000
 USER nobody
-CMD ["python", "-m", "server", "serve", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["python", "-m", "textbook_chat", "serve", "--host", "0.0.0.0", "--port", "8000"]

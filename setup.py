@@ -1,8 +1,8 @@
-"""The wheel's build step: copies what the server reads from the repository into ``server/_bundled/``.
+"""The wheel's build step: copies what the server reads from the repository into ``server/textbook_chat/_bundled/``.
 
 Everything else about the package is in pyproject.toml. The repository keeps its layout (``frontend/dist``,
 ``migrations/``, ``alembic.ini``, ``faq/``, ``examples/textbook``, ``data/tiktoken``); the wheel carries the same
-paths under ``server/_bundled/``, where ``server/core/resources.py`` finds them. Build with
+paths under ``server/textbook_chat/_bundled/``, where ``server/textbook_chat/core/resources.py`` finds them. Build with
 ``scripts/build_wheel.sh``, which first builds the panel and fills tiktoken's files (``scripts/setup.sh``).
 """
 
@@ -15,7 +15,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-# Keep in step with server/core/resources.py BUNDLED (tests/test_packaging.py checks they agree).
+# Keep in step with server/textbook_chat/core/resources.py BUNDLED (tests/test_packaging.py checks they agree).
 BUNDLED = ("frontend/dist", "migrations", "alembic.ini", "faq", "examples/textbook", "data/tiktoken")
 # What must be there for the wheel to work, and how to make it when it is not.
 REQUIRED = {
@@ -35,7 +35,7 @@ class BuildWithBundle(build_py):
         missing = [f"{path} ({how})" for path, how in REQUIRED.items() if not (ROOT / path).exists()]
         if missing:
             raise SystemExit("cannot build the wheel, missing: " + "; ".join(missing))
-        bundle = Path(self.build_lib) / "server" / "_bundled"
+        bundle = Path(self.build_lib) / "textbook_chat" / "_bundled"
         shutil.rmtree(bundle, ignore_errors=True)
         for relative in BUNDLED:
             source, target = ROOT / relative, bundle / relative

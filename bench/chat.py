@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.chat [--json PATH] [--data-dir DIR] [--quick]
 
-The server runs as its own process (``python -m server serve``: uvicorn, one worker) on a scratch Postgres
+The server runs as its own process (``python -m textbook_chat serve``: uvicorn, one worker) on a scratch Postgres
 database with the demo book's index; the fake model (tests/fake_openai.py) and the clients (raw asyncio
 sockets) share this process. "Server-added" time is the client's time to the first token minus the model's
 own (request received to first chunk sent, timed at the fake model), so it is everything but the model.
@@ -236,7 +236,7 @@ def server_env(database_url: str, data_dir: Path, llm_url: str, port: int, **ext
 
 
 def serve_argv(port: int) -> list[str]:
-    return [sys.executable, "-m", "server", "serve", "--port", str(port)]
+    return [sys.executable, "-m", "textbook_chat", "serve", "--port", str(port)]
 
 
 @contextmanager
@@ -251,9 +251,9 @@ def scratch_database() -> Iterator[str]:
 
 async def demo_index(data_dir: Path) -> None:
     """The demo book's embedded index in ``data_dir`` (ingested unless it is already there)."""
-    from server.core.settings import Settings
-    from server.index import ingest
-    from server.web.services import open_services
+    from textbook_chat.core.settings import Settings
+    from textbook_chat.index import ingest
+    from textbook_chat.web.services import open_services
 
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "warning"})
     async with open_services(settings, retrieval=True) as services:

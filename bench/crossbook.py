@@ -28,13 +28,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.figures import Figure, percentile, table, write
-from server.core.settings import Settings
-from server.index import ingest, sparse
-from server.search import calibration, evaluate
-from server.search.retrieval import Retriever
-from server.search.second_opinion import SecondOpinion
-from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK
+from textbook_chat.core.settings import Settings
+from textbook_chat.index import ingest, sparse
+from textbook_chat.search import calibration, evaluate
+from textbook_chat.search.retrieval import Retriever
+from textbook_chat.search.second_opinion import SecondOpinion
+from textbook_chat.web.services import open_services
 
 DATA = ROOT / "tests" / "data"
 SETS = {

@@ -28,14 +28,14 @@ from typing import Any
 from bench.chat import TURNS_PER_CONVERSATION, answer_text, demo_index, question, run_in_data_dir, scratch_database
 from bench.chat import server_env as bench_env
 from bench.figures import Figure, write
-from server.answer import prompts
-from server.chat import exchange
-from server.chat.question import Asker, Question, SessionRef
-from server.core.settings import Settings
-from server.web import ratelimit
-from server.web.services import open_services
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import serving
+from textbook_chat.answer import prompts
+from textbook_chat.chat import exchange
+from textbook_chat.chat.question import Asker, Question, SessionRef
+from textbook_chat.core.settings import Settings
+from textbook_chat.web import ratelimit
+from textbook_chat.web.services import open_services
 
 Span = tuple[str, int, int]  # name, start and end in ns since the question was admitted
 _spans: contextvars.ContextVar[list[Span] | None] = contextvars.ContextVar("spans", default=None)
@@ -134,7 +134,7 @@ def _instrument(services: Any) -> None:
     _wrap_async(retriever.index, "hybrid_search", "retrieval: search")
     if retriever.second_opinion is not None:
         _wrap_async(retriever.second_opinion, "judge", "retrieval: second opinion")
-    import server.search.retrieval as retrieval_module
+    import textbook_chat.search.retrieval as retrieval_module
 
     _wrap_sync(retrieval_module, "rank", "retrieval: rerank")
     _wrap_sync(prompts, "build_messages", "prompt: build (token counting)")
@@ -144,11 +144,11 @@ def _instrument(services: Any) -> None:
     if services.slots is not None:
         _wrap_async(services.slots, "acquire", "admit: stream slot")
     _wrap_sync(chat.registry, "create", "stream: registered")
-    from server.chat.run import AnswerRun
+    from textbook_chat.chat.run import AnswerRun
 
     _wrap_sync(AnswerRun, "_open", "run: meta and sources published")
     _wrap_async(exchange, "retrieve", "retrieval (as the run awaits it)")
-    from server.search.retrieval import Source
+    from textbook_chat.search.retrieval import Source
 
     _wrap_sync(Source, "event", "run: a source's event")
 

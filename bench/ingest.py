@@ -19,10 +19,10 @@ from pathlib import Path
 
 from bench import figures
 from bench.figures import Figure
-from server.core.settings import Settings
-from server.index import ingest
-from server.index.embeddings import Embedder
-from server.web.services import open_services
+from textbook_chat.core.settings import Settings
+from textbook_chat.index import ingest
+from textbook_chat.index.embeddings import Embedder
+from textbook_chat.web.services import open_services
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_BOOK = ROOT.parent / "shared" / "corpora" / "rizsheik-humanoid-course"

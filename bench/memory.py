@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.memory [--book ../shared/corpora/rizsheik-humanoid-course] [--data-dir DIR]
         [--streams 2000] [--soak-minutes 10] [--quick] [--json PATH]
 
-Three servers, each its own process (``python -m server serve``, one worker, the embedded Qdrant Edge index
+Three servers, each its own process (``python -m textbook_chat serve``, one worker, the embedded Qdrant Edge index
 of the book, a scratch Postgres database), one after the other:
 
 - offline, the default run (local embedder, extractive answers): fresh, after 100 questions, and after a
@@ -38,12 +38,12 @@ from bench.chat import (
 )
 from bench.figures import Figure, table, write
 from bench.streams import close_all, open_readers, post_message, raise_open_file_limit
-from server.core.settings import Settings
-from server.index import ingest
-from server.web.services import open_services
 from tests.conftest import SHARED_BOOK
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import serving
+from textbook_chat.core.settings import Settings
+from textbook_chat.index import ingest
+from textbook_chat.web.services import open_services
 
 QUESTIONS = [
     "What does the Zero Moment Point tell a walking humanoid?",

@@ -2,11 +2,11 @@
 
     .venv/bin/python -m bench.offline [--shared-dir DIR] [--demo-dir DIR] [--rounds N] [--quick] [--json PATH]
 
-Serves each book with the default offline settings (``python -m server serve``, no model key, one worker, a
+Serves each book with the default offline settings (``python -m textbook_chat serve``, no model key, one worker, a
 scratch Postgres database) and asks every question of its sets that lists ``answer_facts`` (the shared book's
 questions.jsonl and the held-out set; the demo book's questions.jsonl) through ``POST /api/chat``, one at a
 time, as one reader would: module-filter questions with their module, selection questions with their selection.
-Prints the strict fact figures (``server/answer/facts.py``) per set from the streamed text, and the server's
+Prints the strict fact figures (``answer/facts.py``) per set from the streamed text, and the server's
 own ``done.timings_ms.first_token`` (question accepted to first token) p50 / p90 over all answers and rounds.
 Indexes are built in the given DATA_DIRs when they hold none (the shared book takes a few minutes).
 """
@@ -24,9 +24,9 @@ from typing import Any
 
 from bench.chat import free_port, running, scratch_database, serve_argv
 from bench.figures import Figure, percentile, table, write
-from server.answer import facts
-from server.search import evaluate
 from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK
+from textbook_chat.answer import facts
+from textbook_chat.search import evaluate
 
 SETS = {
     "shared": (SHARED_BOOK, [SHARED_BOOK / "questions.jsonl", ROOT / "tests" / "data" / "heldout_questions.jsonl"]),
@@ -99,9 +99,9 @@ def _events(stream: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 async def ensure_index(book: Path, data_dir: Path) -> None:
-    from server.core.settings import Settings
-    from server.index import ingest
-    from server.web.services import open_services
+    from textbook_chat.core.settings import Settings
+    from textbook_chat.index import ingest
+    from textbook_chat.web.services import open_services
 
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "warning"})
     async with open_services(settings, retrieval=True) as services:

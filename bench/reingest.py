@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.reingest [--book ../shared/corpora/rizsheik-humanoid-course] [--streams 8]
         [--idle-seconds 20] [--json PATH]
 
-A copy of the book is indexed into a scratch DATA_DIR, then served by ``python -m server serve --book COPY``
+A copy of the book is indexed into a scratch DATA_DIR, then served by ``python -m textbook_chat serve --book COPY``
 (one worker, the embedded Qdrant Edge index, no history, BOOK_WATCH_S=0) with the fake model streaming a
 long answer at 20 ms per token. ``--streams`` readers ask one question after another and note when each
 token arrives. First for ``--idle-seconds`` with nothing else going on; then every page is edited (" the "
@@ -30,12 +30,12 @@ import uvloop
 
 from bench.chat import free_port, running, serve_argv
 from bench.figures import Figure, table, write
-from server.core.settings import Settings
-from server.index import ingest
-from server.web.services import open_services
 from tests.conftest import SHARED_BOOK
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import serving
+from textbook_chat.core.settings import Settings
+from textbook_chat.index import ingest
+from textbook_chat.web.services import open_services
 
 ANSWER = " ".join(f"word{i}" for i in range(300))  # 300 tokens, 6 s at 20 ms each
 QUESTIONS = ("What is the Zero Moment Point?", "How do ROS 2 nodes talk?", "What is domain randomisation?")

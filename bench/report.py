@@ -22,12 +22,12 @@ import psycopg
 
 from bench import figures
 from bench.figures import Figure
-from server.core.settings import Settings
-from server.index.embeddings import LocalEmbedder
-from server.reports import report
-from server.web.services import open_services
 from tests.conftest import alembic_config, create_database, drop_database
 from tests.report_data import Asked, insert, reader_month
+from textbook_chat.core.settings import Settings
+from textbook_chat.index.embeddings import LocalEmbedder
+from textbook_chat.reports import report
+from textbook_chat.web.services import open_services
 
 _AFTERTHOUGHTS = ("", " Thanks!", " I'm new to this.", " Asking for a class project.", " Any tips?", " (UK)")
 

@@ -49,7 +49,7 @@ def stats_app() -> Any:
     """The served app (settings from the environment) with ``GET /_soak/stats``: asyncio tasks and pools."""
     from starlette.responses import JSONResponse
 
-    from server.web.app import create_app
+    from textbook_chat.web.app import create_app
 
     app = create_app()
 

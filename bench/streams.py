@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.streams [--idle 5000] [--active 500] [--json PATH] [--data-dir DIR]
 
-The server runs as its own process (``python -m server serve``: uvicorn, one worker, in-process stream
+The server runs as its own process (``python -m textbook_chat serve``: uvicorn, one worker, in-process stream
 registry) on a scratch Postgres database with the demo book's index. Readers are raw asyncio sockets
 (one ``asyncio.Protocol`` each) that count bytes, events and ping comments, so one client process can
 hold thousands. Idle readers follow answers the fake model has not started (it stalls); active ones
@@ -34,9 +34,9 @@ from bench.chat import (
     server_env,
 )
 from bench.figures import Figure, table, write
-from server.web import sse
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import serving
+from textbook_chat.web import sse
 
 HOLD_PINGS = 2  # idle readers are held until each should have seen this many pings
 CONNECT_CONCURRENCY = 200

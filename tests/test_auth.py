@@ -25,10 +25,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from server.core.errors import Unauthorized
-from server.core.settings import Settings
-from server.web.auth import Authenticator
 from tests.servers import serving
+from textbook_chat.core.errors import Unauthorized
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.auth import Authenticator
 
 SECRET = "auth-test-secret-long-enough-for-hs256-signing"
 
@@ -184,5 +184,5 @@ async def test_an_unreachable_jwks_is_a_401_not_a_500(provider: tuple[Provider, 
 
 def test_a_server_without_sign_in_never_loads_pyjwt() -> None:
     # PyJWT pulls in cryptography (11 MB of the server's memory) and is only needed to verify a token.
-    code = "import sys, server.web.app, server.cli; sys.exit('jwt' in sys.modules)"
+    code = "import sys, textbook_chat.web.app, textbook_chat.cli; sys.exit('jwt' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from server.search.bookwatch import fingerprint
 from tests.conftest import DEMO_BOOK, Chat
 from tests.sse_client import of_type, read_all
+from textbook_chat.search.bookwatch import fingerprint
 
 QUESTION = "What does the flibbertigibbet protocol negotiate between two robot arms?"
 NEW_PAGE = """---

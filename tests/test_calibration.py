@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import main
-from server.core.settings import Settings
-from server.search import calibration
-from server.search.confidence import Calibration
-from server.search.retrieval import Retriever
-from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, copy_index
+from textbook_chat.cli import main
+from textbook_chat.core.settings import Settings
+from textbook_chat.search import calibration
+from textbook_chat.search.confidence import Calibration
+from textbook_chat.search.retrieval import Retriever
+from textbook_chat.web.services import open_services
 
 PRIOR = Calibration(decline=0.287, low=0.486, high=0.735)
 SENTINEL = Calibration(decline=0.11, low=0.22, high=0.33)

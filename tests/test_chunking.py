@@ -1,7 +1,7 @@
 """Chunking a Docusaurus book: checked on the shared real book, the demo book and small made-up docs.
 
 Expected anchors and URLs are computed here from the Markdown source with the slug rules of DESIGN.md,
-independently of server/book/slugs.py.
+independently of server/textbook_chat/book/slugs.py.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from server.book import chunking
-from server.book.chunking import Book, Chunk, read_book
-from server.book.mdx import parse_blocks
-from server.book.slugs import Slugger
-from server.core.tokens import local_counter
-from server.index import sparse
 from tests.conftest import DEMO_BOOK, SHARED_BOOK
+from textbook_chat.book import chunking
+from textbook_chat.book.chunking import Book, Chunk, read_book
+from textbook_chat.book.mdx import parse_blocks
+from textbook_chat.book.slugs import Slugger
+from textbook_chat.core.tokens import local_counter
+from textbook_chat.index import sparse
 
 BASE = "http://localhost:3000"
 MAX_TOKENS = 200  # MiniLM target (DESIGN.md)

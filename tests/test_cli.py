@@ -12,14 +12,14 @@ import psycopg
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from server.cli import main
 from tests.conftest import ROOT
+from textbook_chat.cli import main
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     return subprocess.run(
-        [sys.executable, "-m", "server", *args],
+        [sys.executable, "-m", "textbook_chat", *args],
         cwd=ROOT,
         env={**base, **(env or {})},
         capture_output=True,
@@ -30,7 +30,7 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 def test_every_command_in_the_readme_exists_and_has_help() -> None:
     readme = (ROOT / "README.md").read_text()
-    commands = set(re.findall(r"python -m server (\w+)", readme))
+    commands = set(re.findall(r"python -m textbook_chat (\w+)", readme))
     assert {"serve", "migrate", "purge"} <= commands
     for command in commands:
         with pytest.raises(SystemExit) as exit_info:
@@ -69,8 +69,8 @@ def test_the_compose_file_runs_migrations_the_app_and_a_daily_purge() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     assert {"postgres", "redis", "qdrant", "app", "purge"} <= set(services)
-    assert "python -m server migrate" in " ".join(services["app"]["command"])
-    assert "python -m server purge" in " ".join(services["purge"]["command"])
+    assert "python -m textbook_chat migrate" in " ".join(services["app"]["command"])
+    assert "python -m textbook_chat purge" in " ".join(services["purge"]["command"])
     assert (ROOT / "Dockerfile").exists()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.search.confidence import (
+from textbook_chat.search.confidence import (
     CALIBRATIONS,
     Calibration,
     filter_decision,

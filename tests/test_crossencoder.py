@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from server.core import crossencoder
-from server.core.crossencoder import CrossEncoder
+from textbook_chat.core import crossencoder
+from textbook_chat.core.crossencoder import CrossEncoder
 
 PID = (
     "A PID controller computes its output from the proportional, integral and derivative terms of the error "

@@ -23,16 +23,16 @@ import psycopg
 from markdown_it import MarkdownIt
 from starlette.routing import Mount, Route
 
-from server.book.mdx import Block, parse_blocks
-from server.book.slugs import Slugger
-from server.core.settings import Settings
-from server.streams.events import EventType
-from server.web.app import create_app
-from server.web.openapi import document
+from textbook_chat.book.mdx import Block, parse_blocks
+from textbook_chat.book.slugs import Slugger
+from textbook_chat.core.settings import Settings
+from textbook_chat.streams.events import EventType
+from textbook_chat.web.app import create_app
+from textbook_chat.web.openapi import document
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SERVER = ROOT / "server"
+SERVER = ROOT / "server" / "textbook_chat"
 README_MAX_LINES = 350
 
 

@@ -31,12 +31,12 @@ import pytest
 import redis
 from alembic import command
 
-from server.core.settings import Settings
-from server.web.app import create_app
 from tests.conftest import alembic_config, copy_index
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import free_port, serving
 from tests.sse_client import SSEEvent, answer_text, events, of_type, read_all
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 LONG_ANSWER = " ".join(f"w{i}" for i in range(150)) + " [1]."

@@ -25,11 +25,11 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from server.core.settings import Settings
-from server.web.app import create_app
 from tests.conftest import DEMO_BOOK, ROOT, demo_env
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import free_port, serving
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
 
 E2E = ROOT / "tests" / "e2e"
 OUTPUT = ROOT / "test-output" / "e2e"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from server.core.settings import Settings
-from server.index import ingest, sparse
-from server.index.engine import IndexLocked
-from server.index.vectors import VectorIndex
-from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, ROOT
+from textbook_chat.core.settings import Settings
+from textbook_chat.index import ingest, sparse
+from textbook_chat.index.engine import IndexLocked
+from textbook_chat.index.vectors import VectorIndex
+from textbook_chat.web.services import open_services
 
 
 def _settings(path: Path) -> Settings:
@@ -59,7 +59,7 @@ async def test_an_ingest_killed_mid_write_leaves_an_index_that_opens_answers_and
     env = {**os.environ, "DATA_DIR": str(tmp_path), "EMBEDDER": "local", "LOG_LEVEL": "warning"}
     shard = tmp_path / "qdrant" / "edge" / "textbook"
     process = subprocess.Popen(
-        [sys.executable, "-m", "server", "ingest", str(DEMO_BOOK)], cwd=ROOT, env=env, start_new_session=True
+        [sys.executable, "-m", "textbook_chat", "ingest", str(DEMO_BOOK)], cwd=ROOT, env=env, start_new_session=True
     )
     deadline = time.monotonic() + 60
     while not (shard.exists() and any(shard.iterdir())) and time.monotonic() < deadline and process.poll() is None:
@@ -94,5 +94,5 @@ async def test_an_index_of_the_older_embedded_format_says_what_to_run(
         await index.close()
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not exists
-    assert len(warned) == 1 and "older version" in warned[0] and "python -m server ingest" in warned[0]
+    assert len(warned) == 1 and "older version" in warned[0] and "python -m textbook_chat ingest" in warned[0]
     assert not (old / "meta.json").exists() and not (old / "collection").exists()  # rebuilt in the new format

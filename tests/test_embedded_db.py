@@ -91,12 +91,12 @@ async def test_report_and_purge_use_the_embedded_database_a_server_made(demo_ind
         await _ask(url)
         # While the server runs, the report attaches to its Postgres (and leaves it running).
         during = subprocess.run(
-            [sys.executable, "-m", "server", "report"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **_env(data)},
+            [sys.executable, "-m", "textbook_chat", "report"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **_env(data)},
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert _postgres_of(data)
     after = subprocess.run(
-        [sys.executable, "-m", "server", "purge"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **_env(data)},
+        [sys.executable, "-m", "textbook_chat", "purge"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **_env(data)},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -108,7 +108,7 @@ async def test_report_and_purge_use_the_embedded_database_a_server_made(demo_ind
 
 def test_without_an_embedded_database_report_says_what_to_set(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "server", "report"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **_env(tmp_path)},
+        [sys.executable, "-m", "textbook_chat", "report"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **_env(tmp_path)},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2 and "DATABASE_URL is not set" in result.stderr

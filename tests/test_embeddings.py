@@ -17,16 +17,16 @@ import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from server.core import onnx_minilm
-from server.core.errors import IndexMismatch, RetrievalUnavailable
-from server.core.settings import Settings
-from server.index.embeddings import LocalEmbedder, OpenAIEmbedder
-from server.index.sparse import Sparse
-from server.index.vectors import VectorIndex
-from server.web.services import open_services
 from tests.conftest import ROOT
 from tests.fake_openai import Behaviour, FakeOpenAI, embed
 from tests.servers import serving
+from textbook_chat.core import onnx_minilm
+from textbook_chat.core.errors import IndexMismatch, RetrievalUnavailable
+from textbook_chat.core.settings import Settings
+from textbook_chat.index.embeddings import LocalEmbedder, OpenAIEmbedder
+from textbook_chat.index.sparse import Sparse
+from textbook_chat.index.vectors import VectorIndex
+from textbook_chat.web.services import open_services
 
 Array = npt.NDArray[np.float64]
 
@@ -241,7 +241,7 @@ async def test_a_collection_of_another_dimension_is_refused_before_ingesting_int
     index = VectorIndex.from_settings(Settings.from_env({"DATA_DIR": str(tmp_path)}))
     try:
         await index.ensure_collection(embedder="local", model=onnx_minilm.MODEL_NAME, dim=384)
-        with pytest.raises(IndexMismatch, match="python -m server ingest PATH --force"):
+        with pytest.raises(IndexMismatch, match="python -m textbook_chat ingest PATH --force"):
             await index.ensure_collection(embedder="local", model=onnx_minilm.MODEL_NAME, dim=768)
         assert await index.ensure_collection(embedder="local", model=onnx_minilm.MODEL_NAME, dim=384) is False
     finally:

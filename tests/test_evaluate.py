@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from server import cli
-from server.search import evaluate
-from server.search.confidence import Calibration
-from server.search.evaluate import Outcome
-from server.search.second_opinion import Thresholds
 from tests.conftest import DEMO_BOOK, SHARED_BOOK, copy_index
+from textbook_chat import cli
+from textbook_chat.search import evaluate
+from textbook_chat.search.confidence import Calibration
+from textbook_chat.search.evaluate import Outcome
+from textbook_chat.search.second_opinion import Thresholds
 
 
 def _outcome(id: str, kind: str, *, similarity: float = 0.5, rank: int | None = 1, **changes: object) -> Outcome:

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import psycopg
 
-from server.core.settings import Settings
-from server.web.app import create_app
 from tests.conftest import copy_index
 from tests.fake_openai import FakeOpenAI, ok, tokens_of
 from tests.servers import serving
 from tests.test_e2e import _require_browser, run_scenario
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
 
 ANSWER = " ".join(f"Step {i}: the Zero Moment Point stays inside the support polygon [{1 + i % 2}]." for i in range(20))
 CUT_AFTER_TOKENS = 3  # token events each cut stream delivers before the proxy aborts it

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from server.answer import compose, extract
-from server.answer.compose import Budget, choose, order, render, shape
-from server.answer.extract import Unit, units
-from server.answer.facts import dangling_lead_ins, navigation_lines
+from textbook_chat.answer import compose, extract
+from textbook_chat.answer.compose import Budget, choose, order, render, shape
+from textbook_chat.answer.extract import Unit, units
+from textbook_chat.answer.facts import dangling_lead_ins, navigation_lines
 
 
 def bodies(text: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.answer.facts import (
+from textbook_chat.answer.facts import (
     AnswerOutcome,
     content_words,
     dangling_lead_ins,

@@ -27,9 +27,9 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from server.web.openapi import document
 from tests.conftest import copy_index
 from tests.servers import server_process
+from textbook_chat.web.openapi import document
 
 CASES_PER_OPERATION = 24
 JWT_SECRET = "fuzz-jwt-secret-long-enough-for-hs256-signing"

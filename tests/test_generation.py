@@ -16,9 +16,12 @@ import numpy.typing as npt
 import openai
 import pytest
 
-from server.answer import facts
-from server.answer.extract import sentences
-from server.answer.generation import (
+from tests.conftest import DEMO_BOOK
+from tests.fake_openai import Behaviour, FakeOpenAI
+from tests.servers import serving
+from textbook_chat.answer import facts
+from textbook_chat.answer.extract import sentences
+from textbook_chat.answer.generation import (
     ExtractiveGenerator,
     Finished,
     GenerationRequest,
@@ -29,13 +32,10 @@ from server.answer.generation import (
     cited_numbers,
     invalid_markers,
 )
-from server.core import crossencoder
-from server.core.crossencoder import CrossEncoder
-from server.core.tokens import local_counter
-from server.search.retrieval import Source
-from tests.conftest import DEMO_BOOK
-from tests.fake_openai import Behaviour, FakeOpenAI
-from tests.servers import serving
+from textbook_chat.core import crossencoder
+from textbook_chat.core.crossencoder import CrossEncoder
+from textbook_chat.core.tokens import local_counter
+from textbook_chat.search.retrieval import Source
 
 
 def source(n: int, text: str, heading: str = "Section") -> Source:

@@ -15,10 +15,10 @@ import jwt
 import psycopg
 import pytest
 
-from server.core.settings import Settings
-from server.web.app import create_app
 from tests.conftest import copy_index
 from tests.servers import serving
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
 
 SECRET = "hostile-input-secret-long-enough-for-hs256"
 NO_MESSAGE = "/api/chat/messages/00000000-0000-0000-0000-000000000000"

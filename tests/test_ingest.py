@@ -16,17 +16,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.book import chunking
-from server.book.chunking import read_book
-from server.core.settings import Settings
-from server.core.tokens import local_counter
-from server.index import ingest, sparse
-from server.index.embeddings import LocalEmbedder
-from server.index.engine import IndexLocked
-from server.index.vectors import VectorIndex
-from server.web.app import create_app
 from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK, copy_index
 from tests.servers import serving
+from textbook_chat.book import chunking
+from textbook_chat.book.chunking import read_book
+from textbook_chat.core.settings import Settings
+from textbook_chat.core.tokens import local_counter
+from textbook_chat.index import ingest, sparse
+from textbook_chat.index.embeddings import LocalEmbedder
+from textbook_chat.index.engine import IndexLocked
+from textbook_chat.index.vectors import VectorIndex
+from textbook_chat.web.app import create_app
 
 BASE = "http://localhost:3000"
 
@@ -256,7 +256,7 @@ async def test_a_second_opener_of_the_embedded_index_is_refused(tmp_path: Path, 
             VectorIndex.from_settings(settings)
         env = {**os.environ, "QDRANT_PATH": str(tmp_path / "held"), "DATA_DIR": str(tmp_path / "data")}
         done = subprocess.run(
-            [sys.executable, "-m", "server", "ingest", str(book)],
+            [sys.executable, "-m", "textbook_chat", "ingest", str(book)],
             cwd=ROOT,
             env=env,
             capture_output=True,

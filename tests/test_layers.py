@@ -1,11 +1,11 @@
-"""The shape of ``server/``: what the import contracts leave unsaid, and proof that the contracts bite.
+"""The shape of ``server/textbook_chat/``: what the import contracts leave unsaid, and proof that the contracts bite.
 
 The shape itself is stated as import-linter contracts in ``pyproject.toml`` (``[tool.importlinter]``), checked by
-``lint-imports`` in ``scripts/test.sh``: the stage order, only ``server.web`` importing starlette / sse_starlette,
+``lint-imports`` in ``scripts/test.sh``: the stage order, only ``web`` importing starlette / sse_starlette,
 the stages that must not know each other, and no import cycle inside a stage. Relative imports are ruff's
 (``TID252``). What no import contract can say is tested here: each stage's ``__init__.py`` says in its docstring
 what the stage takes in and hands on and re-exports nothing (so an import names the module it means), and
-``server/__init__.py`` holds only ``__version__``.
+``server/textbook_chat/__init__.py`` holds only ``__version__``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVER = ROOT / "server"
+SERVER = ROOT / "server" / "textbook_chat"
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
@@ -57,7 +57,7 @@ def test_the_layers_contract_lists_every_stage_from_the_edge_down_to_core() -> N
 def test_every_stage_says_what_it_takes_in_and_hands_on_and_re_exports_nothing() -> None:
     for stage in stages():
         tree = ast.parse((SERVER / stage / "__init__.py").read_text())
-        assert ast.get_docstring(tree), f"server/{stage}/__init__.py has no docstring"
+        assert ast.get_docstring(tree), f"textbook_chat/{stage}/__init__.py has no docstring"
         assert not any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body), f"{stage}: re-exports"
 
 
@@ -73,28 +73,31 @@ def test_the_contracts_hold_and_break_when_an_upward_or_a_framework_import_is_sl
     streams module imports starlette, a store module imports answer, a chat module imports the HTTP body's
     schemas and a book module imports a module that imports it back (a cycle). Each breaks the contract that
     forbids it, and lint-imports fails."""
-    shutil.copytree(SERVER, tmp_path / "server", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(SERVER, tmp_path / "textbook_chat", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     clean = lint_imports(tmp_path)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert f"Contracts: {len(contracts())} kept, 0 broken." in clean.stdout
 
     slipped = {
-        "search/retrieval.py": "from server.chat import run",
+        "search/retrieval.py": "from textbook_chat.chat import run",
         "streams/relay.py": "import starlette.responses",
-        "store/sessions.py": "from server.answer import generation",
-        "chat/exchange.py": "from server.core.schemas import ChatRequest",
-        "book/slugs.py": "from server.book import mdx",  # mdx imports slugs
+        "store/sessions.py": "from textbook_chat.answer import generation",
+        "chat/exchange.py": "from textbook_chat.core.schemas import ChatRequest",
+        "book/slugs.py": "from textbook_chat.book import mdx",  # mdx imports slugs
     }
     for module, line in slipped.items():
-        path = tmp_path / "server" / module
+        path = tmp_path / "textbook_chat" / module
         path.write_text(path.read_text() + f"\n\ndef _slipped() -> None:\n    {line}  # noqa\n")
     broken = lint_imports(tmp_path)
     assert broken.returncode == 1
     out = broken.stdout
-    assert "server.search is not allowed to import server.chat" in out
-    assert "server.streams is not allowed to import starlette" in out
-    assert "server.store is not allowed to import server.answer" in out or "server.answer is not allowed" in out
-    assert "server.chat is not allowed to import server.core.schemas" in out
+    assert "textbook_chat.search is not allowed to import textbook_chat.chat" in out
+    assert "textbook_chat.streams is not allowed to import starlette" in out
+    assert (
+        "textbook_chat.store is not allowed to import textbook_chat.answer" in out
+        or "textbook_chat.answer is not allowed" in out
+    )
+    assert "textbook_chat.chat is not allowed to import textbook_chat.core.schemas" in out
     assert "No import cycle among the modules of a stage BROKEN" in out
     assert f"Contracts: 0 kept, {len(contracts())} broken." in out.replace("\n", " ")

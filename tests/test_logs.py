@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from server.core import logs
-from server.core.settings import Settings
-from server.web.app import create_app
 from tests.conftest import copy_index
 from tests.servers import serving
 from tests.sse_client import read_all
+from textbook_chat.core import logs
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 

@@ -1,7 +1,7 @@
 """GET /metrics: the counters and histograms move with real chats, labels stay bounded, workers add up.
 
 Metrics are process-wide, so in-process tests compare a scrape before and after; the multiprocess tests
-run ``python -m server serve`` and ``purge`` as subprocesses sharing one PROMETHEUS_MULTIPROC_DIR.
+run ``python -m textbook_chat serve`` and ``purge`` as subprocesses sharing one PROMETHEUS_MULTIPROC_DIR.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.core import metrics
 from tests.conftest import CLOSED_PORT_PG_URL, ROOT, TEST_REDIS_URL, Chat, copy_index
 from tests.fake_openai import Behaviour
 from tests.servers import server_process
 from tests.sse_client import SSEEvent, events, of_type, read_all
+from textbook_chat.core import metrics
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 OUT_OF_SCOPE = "What is the best recipe for sourdough bread with a crispy crust?"
@@ -198,7 +198,7 @@ def test_a_dead_processes_open_streams_drop_out_but_its_counters_still_count(tmp
     shared.mkdir()
     # A worker that dies without its shutdown (os._exit): its live gauge file is left behind.
     _python(
-        "import os; from server.core import metrics; metrics.OPEN_STREAMS.inc(); "
+        "import os; from textbook_chat.core import metrics; metrics.OPEN_STREAMS.inc(); "
         "metrics.observe_request('/api/chat', 'POST', 200, 0.1); os._exit(0)",
         {"PROMETHEUS_MULTIPROC_DIR": str(shared)},
     )
@@ -213,7 +213,7 @@ def test_a_dead_processes_open_streams_drop_out_but_its_counters_still_count(tmp
 def _purge(env: dict[str, str]) -> str:
     base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")}
     result = subprocess.run(
-        [sys.executable, "-m", "server", "purge"],
+        [sys.executable, "-m", "textbook_chat", "purge"],
         cwd=ROOT,
         env={**base, **env},
         capture_output=True,

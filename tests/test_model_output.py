@@ -17,12 +17,12 @@ import psycopg
 import pytest
 import redis
 
-from server.cli import SHUTDOWN_FLUSH_S
-from server.streams.relay import events_key
 from tests.conftest import TEST_REDIS_URL, Chat, worker_envs
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import server_process, serving
 from tests.sse_client import SSEEvent, answer_text, read_all, read_some
+from textbook_chat.cli import SHUTDOWN_FLUSH_S
+from textbook_chat.streams.relay import events_key
 
 QUESTION = "How does a humanoid keep its balance?"
 R = "\ufffd"

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.routing import Route
 
-from server.core.settings import Settings
-from server.web.app import create_app
-from server.web.openapi import document
 from tests.conftest import copy_index
 from tests.servers import serving
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
+from textbook_chat.web.openapi import document
 
 FUZZ_REQUESTS = 2000
 

@@ -16,8 +16,8 @@ from types import ModuleType
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from server import __version__
 from tests.conftest import ROOT
+from textbook_chat import __version__
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PANEL = json.loads((ROOT / "frontend" / "package.json").read_text())
@@ -38,17 +38,17 @@ set_version = _set_version_script()
 
 def test_the_server_the_wheel_and_the_panel_have_one_version() -> None:
     assert PYPROJECT["project"]["dynamic"] == ["version"]
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "server.__version__"}
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "textbook_chat.__version__"}
     assert PANEL["version"] == __version__
     assert PANEL_LOCK["version"] == PANEL_LOCK["packages"][""]["version"] == __version__
 
 
 def test_set_version_writes_the_one_version_everywhere(tmp_path: Path) -> None:
-    for relative in ("server/__init__.py", "frontend/package.json", "frontend/package-lock.json"):
+    for relative in ("server/textbook_chat/__init__.py", "frontend/package.json", "frontend/package-lock.json"):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, tmp_path / relative)
     set_version.set_version("9.8.7", tmp_path)
-    assert '__version__ = "9.8.7"' in (tmp_path / "server" / "__init__.py").read_text()
+    assert '__version__ = "9.8.7"' in (tmp_path / "server" / "textbook_chat" / "__init__.py").read_text()
     package = json.loads((tmp_path / "frontend" / "package.json").read_text())
     lock = json.loads((tmp_path / "frontend" / "package-lock.json").read_text())
     assert package["version"] == lock["version"] == lock["packages"][""]["version"] == "9.8.7"
@@ -71,7 +71,7 @@ def test_the_panel_can_be_published_and_installed_from_a_folder_or_git() -> None
 
 def test_the_wheel_declares_the_command_and_the_pythons_setup_accepts() -> None:
     project = PYPROJECT["project"]
-    assert project["scripts"] == {"textbook-chat": "server.cli:main"}
+    assert project["scripts"] == {"textbook-chat": "textbook_chat.cli:main"}
     allowed = {f"3.{minor}" for minor in range(8, 20) if f"3.{minor}" in SpecifierSet(project["requires-python"])}
     found = re.search(r'^SUPPORTED_PYTHONS="([^"]+)"', (ROOT / "scripts" / "pythons.sh").read_text(), re.MULTILINE)
     assert found is not None

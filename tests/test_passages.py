@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.search import passages
+from textbook_chat.search import passages
 
 
 @pytest.mark.parametrize(

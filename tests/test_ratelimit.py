@@ -15,10 +15,10 @@ import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from server.core.errors import RateLimited
-from server.core.settings import Settings
-from server.web.ratelimit import RateLimiter, StreamSlots, admit
 from tests.servers import free_port
+from textbook_chat.core.errors import RateLimited
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.ratelimit import RateLimiter, StreamSlots, admit
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
 
@@ -154,7 +154,7 @@ async def test_redis_dying_mid_run_falls_back_to_memory_with_a_warning(
     await limiter.hit("ask", client="10.0.0.7", user_id=None)
     throwaway_redis.kill()
     try:
-        with caplog.at_level(logging.WARNING, logger="server.web.ratelimit"):
+        with caplog.at_level(logging.WARNING, logger="textbook_chat.web.ratelimit"):
             budgets = [await limiter.hit("ask", client="10.0.0.7", user_id=None) for _ in range(3)]
             with pytest.raises(RateLimited):  # memory still limits: a dead Redis is not a free pass
                 await limiter.hit("ask", client="10.0.0.7", user_id=None)
@@ -200,7 +200,7 @@ async def test_a_burst_bigger_than_the_redis_pool_waits_for_connections_instead_
 ) -> None:
     import asyncio
 
-    from server.web.services import open_redis
+    from textbook_chat.web.services import open_redis
 
     settings = Settings.from_env(
         {"REDIS_URL": throwaway_redis.url, "RATE_LIMIT_ANON": "1000/hour", "REDIS_MAX_CONNECTIONS": "4"}

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from server.core import metrics
-from server.streams.events import Event
-from server.streams.relay import RedisRelay, events_key
 from tests.conftest import TEST_REDIS_URL
+from textbook_chat.core import metrics
+from textbook_chat.streams.events import Event
+from textbook_chat.streams.relay import RedisRelay, events_key
 
 
 @pytest.fixture

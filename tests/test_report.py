@@ -18,14 +18,14 @@ import jwt
 import psycopg
 import pytest
 
-from server.core.settings import Settings
-from server.index.embeddings import LocalEmbedder
-from server.reports import questions, report, report_views, retention
-from server.search.retrieval import Retriever
-from server.store.sessions import Store
-from server.web.services import open_services
 from tests.conftest import ROOT, Chat, copy_index
 from tests.report_data import BREAD, FOOTBALL, MONEY, Asked, insert, reader_month
+from textbook_chat.core.settings import Settings
+from textbook_chat.index.embeddings import LocalEmbedder
+from textbook_chat.reports import questions, report, report_views, retention
+from textbook_chat.search.retrieval import Retriever
+from textbook_chat.store.sessions import Store
+from textbook_chat.web.services import open_services
 
 ADMIN_TOKEN = "operator-" + "x" * 24
 
@@ -286,7 +286,7 @@ async def test_without_an_admin_token_the_report_routes_do_not_exist(chat_server
 
 
 def test_a_short_admin_token_is_refused_at_start() -> None:
-    from server.core.settings import SettingsError
+    from textbook_chat.core.settings import SettingsError
 
     with pytest.raises(SettingsError, match="ADMIN_TOKEN is too short"):
         Settings.from_env({"ADMIN_TOKEN": "short"})
@@ -300,7 +300,7 @@ def test_the_report_command_prints_a_table_and_writes_html_and_json(clean_db: st
     env = {"DATABASE_URL": clean_db, "DATA_DIR": str(tmp_path / "empty"), "PATH": "/usr/bin:/bin"}
 
     result = subprocess.run(
-        [sys.executable, "-m", "server", "report", "--since", "30d", "--html", str(tmp_path / "r.html"),
+        [sys.executable, "-m", "textbook_chat", "report", "--since", "30d", "--html", str(tmp_path / "r.html"),
          "--json", str(tmp_path / "r.json")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
@@ -315,7 +315,7 @@ def test_the_report_command_prints_a_table_and_writes_html_and_json(clean_db: st
 
 def test_the_report_command_refuses_a_bad_period_in_one_line(clean_db: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "server", "report", "--since", "a fortnight"],
+        [sys.executable, "-m", "textbook_chat", "report", "--since", "a fortnight"],
         cwd=ROOT, env={"DATABASE_URL": clean_db, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -332,7 +332,7 @@ def test_the_report_command_shows_readers_terminal_escapes_without_obeying_them(
     env = {"DATABASE_URL": clean_db, "DATA_DIR": str(tmp_path / "empty"), "PATH": "/usr/bin:/bin"}
 
     result = subprocess.run(
-        [sys.executable, "-m", "server", "report", "--since", "30d"],
+        [sys.executable, "-m", "textbook_chat", "report", "--since", "30d"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 

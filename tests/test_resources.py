@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from server.core import resources
 from tests.conftest import ROOT
+from textbook_chat.core import resources
 
 
 def test_from_the_checkout_the_files_are_the_repositorys_own_folders() -> None:
@@ -24,7 +24,7 @@ def test_from_the_checkout_the_files_are_the_repositorys_own_folders() -> None:
 def test_a_package_with_a_bundle_is_installed_and_reads_everything_from_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = tmp_path / "site-packages" / "server"
+    package = tmp_path / "site-packages" / "textbook_chat"
     (package / "_bundled").mkdir(parents=True)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     found = resources.locate(package)

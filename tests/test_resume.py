@@ -19,13 +19,13 @@ import psycopg
 import pytest
 import redis
 
-from server.core.settings import Settings
-from server.streams.capabilities import Capabilities
-from server.web.app import create_app
 from tests.conftest import TEST_REDIS_URL, copy_index, worker_envs
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import server_process, serving
 from tests.sse_client import answer_text, of_type, read_all, read_some
+from textbook_chat.core.settings import Settings
+from textbook_chat.streams.capabilities import Capabilities
+from textbook_chat.web.app import create_app
 
 QUESTION = "How does a humanoid keep its balance?"
 LONG_ANSWER = " ".join(f"w{i}" for i in range(120)) + " [1]."

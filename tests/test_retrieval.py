@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 from qdrant_client import AsyncQdrantClient
 
-from server.core.settings import Settings
-from server.core.tokens import TokenCounter
-from server.index import ingest, sparse
-from server.index.qdrant_server import ServerCollection
-from server.index.vectors import VectorIndex
-from server.search import evaluate
-from server.search.confidence import Calibration
-from server.search.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
-from server.web.services import open_services
 from tests.conftest import DEMO_BOOK, copy_index
+from textbook_chat.core.settings import Settings
+from textbook_chat.core.tokens import TokenCounter
+from textbook_chat.index import ingest, sparse
+from textbook_chat.index.qdrant_server import ServerCollection
+from textbook_chat.index.vectors import VectorIndex
+from textbook_chat.search import evaluate
+from textbook_chat.search.confidence import Calibration
+from textbook_chat.search.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
+from textbook_chat.web.services import open_services
 
 # WordEmbedder's similarities for a matching section sit around 0.35-0.6 (breadcrumbs and filler dilute them).
 SCALE = Calibration(decline=0.1, low=0.15, high=0.5)
@@ -491,7 +491,7 @@ async def test_a_command_the_book_never_mentions_declines_and_one_it_uses_does_n
 
 
 def test_the_unknown_share_of_specific_terms_scales_the_evidence_squared() -> None:
-    from server.search.confidence import term_factor
+    from textbook_chat.search.confidence import term_factor
 
     assert term_factor({}, []) == 1.0
     assert term_factor({"quadcopter": 1.0}, ["quadcopter"]) == 0.0

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from server.core import crossencoder
-from server.core.crossencoder import CrossEncoder
-from server.core.settings import Settings
-from server.index.embeddings import Embedder
-from server.index.vectors import VectorIndex
-from server.search import calibration, confidence
-from server.search.confidence import Calibration
-from server.search.retrieval import Retriever
-from server.search.second_opinion import SecondOpinion, Thresholds
-from server.web.services import open_services
 from tests.conftest import copy_index
+from textbook_chat.core import crossencoder
+from textbook_chat.core.crossencoder import CrossEncoder
+from textbook_chat.core.settings import Settings
+from textbook_chat.index.embeddings import Embedder
+from textbook_chat.index.vectors import VectorIndex
+from textbook_chat.search import calibration, confidence
+from textbook_chat.search.confidence import Calibration
+from textbook_chat.search.retrieval import Retriever
+from textbook_chat.search.second_opinion import SecondOpinion, Thresholds
+from textbook_chat.web.services import open_services
 
 # A question the demo book does not answer, whose passages (walking robots, learning) are close enough for retrieval
 # alone to answer it at low confidence.
@@ -124,7 +124,7 @@ async def test_without_the_cross_encoder_retrieval_answers_as_before_and_logs_on
     crossencoder.verified_dir.cache_clear()
     monkeypatch.setattr(crossencoder, "PACKAGE", "no_such_package_for_the_cross_encoder")
     try:
-        with caplog.at_level(logging.WARNING, logger="server.search.second_opinion"):
+        with caplog.at_level(logging.WARNING, logger="textbook_chat.search.second_opinion"):
             missing = SecondOpinion.load(book.opinion.thresholds)
             assert not missing.available
             # An encoder whose files go missing after start: the first question finds out, the rest do not ask.
@@ -138,7 +138,7 @@ async def test_without_the_cross_encoder_retrieval_answers_as_before_and_logs_on
                     plain.confidence,
                     plain.sources,
                 )
-        warnings = [r for r in caplog.records if r.name == "server.search.second_opinion"]
+        warnings = [r for r in caplog.records if r.name == "textbook_chat.search.second_opinion"]
         assert len(warnings) == 2  # one for the missing package at start, one for the encoder that failed
         assert "no_such_package_for_the_cross_encoder" in warnings[0].getMessage()
     finally:

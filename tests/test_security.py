@@ -19,12 +19,12 @@ import psycopg
 import pytest
 import redis
 
-from server.core.settings import Settings
-from server.web.app import create_app
-from server.web.ratelimit import client_address
 from tests.conftest import TEST_REDIS_URL, copy_index
 from tests.servers import serving
 from tests.sse_client import answer_text, read_all
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
+from textbook_chat.web.ratelimit import client_address
 
 SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
 QUESTION = "What is a ROS 2 topic?"
@@ -452,7 +452,7 @@ async def test_a_question_refused_for_too_many_open_answers_spends_nothing_and_s
 
 
 async def test_an_answer_still_streaming_counts_against_the_daily_token_budget(app_server: App, clean_db: str) -> None:
-    from server.chat.exchange import IN_FLIGHT_TOKENS
+    from textbook_chat.chat.exchange import IN_FLIGHT_TOKENS
 
     async with app_server(SESSION_DAILY_TOKENS=str(IN_FLIGHT_TOKENS)) as client:
         meta = await ask(client)

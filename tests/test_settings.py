@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from server.core import resources
-from server.core.settings import Secret, Settings, SettingsError
+from textbook_chat.core import resources
+from textbook_chat.core.settings import Secret, Settings, SettingsError
 
 
 def test_defaults_follow_the_design_table() -> None:
@@ -71,7 +71,7 @@ def test_lists_and_networks_are_parsed() -> None:
 def test_the_installed_command_keeps_its_data_in_the_per_user_folder_and_reads_the_wheels_faq(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = tmp_path / "server"
+    package = tmp_path / "textbook_chat"
     (package / "_bundled").mkdir(parents=True)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     installed = resources.locate(package)

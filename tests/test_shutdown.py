@@ -1,6 +1,6 @@
 """Graceful shutdown: new questions are refused, running answers get SHUTDOWN_GRACE_S, the rest end retryably.
 
-The drain is driven directly in-process first (``app.state.drain``), then for real: ``python -m server serve``
+The drain is driven directly in-process first (``app.state.drain``), then for real: ``python -m textbook_chat serve``
 in a subprocess with 50 live streams gets SIGTERM. The LLM is tests/fake_openai.py pacing its tokens.
 """
 
@@ -18,13 +18,13 @@ import psycopg
 import pytest
 from starlette.applications import Starlette
 
-from server.cli import SHUTDOWN_FLUSH_S
-from server.core.settings import Settings
-from server.web.app import create_app
 from tests.conftest import copy_index, demo_env
 from tests.fake_openai import Behaviour, FakeOpenAI
 from tests.servers import server_process, serving
 from tests.sse_client import SSEEvent, answer_text, events, of_type
+from textbook_chat.cli import SHUTDOWN_FLUSH_S
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 SHORT = " ".join(["balance"] * 12) + " [1]."

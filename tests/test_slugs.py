@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.book.slugs import (
+from textbook_chat.book.slugs import (
     Slugger,
     doc_id,
     doc_url,

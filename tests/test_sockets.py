@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.core import metrics
-from server.core.settings import Settings
-from server.web.app import create_app
-from server.web.sockets import MAX_HEAD_BYTES, SocketGuard
 from tests.conftest import demo_env
 from tests.servers import serving
 from tests.sse_client import read_all
+from textbook_chat.core import metrics
+from textbook_chat.core.settings import Settings
+from textbook_chat.web.app import create_app
+from textbook_chat.web.sockets import MAX_HEAD_BYTES, SocketGuard
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 DEADLINE_S = 0.6
@@ -187,7 +187,7 @@ async def test_the_guard_adds_no_instance_dict_of_its_own_to_a_connection() -> N
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     from uvicorn.server import ServerState
 
-    from server.web.sockets import GuardedProtocol
+    from textbook_chat.web.sockets import GuardedProtocol
 
     config = Config(app=create_app(Settings.from_env({"LOG_FORMAT": "text"})))
     config.load()

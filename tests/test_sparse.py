@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.index.sparse import KeywordIndex, document_vector, names, query_vector, term_index, terms
+from textbook_chat.index.sparse import KeywordIndex, document_vector, names, query_vector, term_index, terms
 
 
 def test_identifiers_are_kept_whole_and_split_into_parts() -> None:

@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server.streams.streaming import MessageStream
-from server.web import sse
 from tests.servers import serving
 from tests.sse_client import HOSTILE_TEXTS, EventParser, SSEEvent
+from textbook_chat.streams.streaming import MessageStream
+from textbook_chat.web import sse
 
 
 def finish(stream: MessageStream) -> None:

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from server.core.errors import DatabaseUnavailable
-from server.store.database import create_pool
-from server.store.rows import Citation, Completion, SessionToCreate, hash_token
-from server.store.sessions import Store
+from textbook_chat.core.errors import DatabaseUnavailable
+from textbook_chat.store.database import create_pool
+from textbook_chat.store.rows import Citation, Completion, SessionToCreate, hash_token
+from textbook_chat.store.sessions import Store
 
 
 def _citation(position: int) -> Citation:

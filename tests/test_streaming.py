@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from server.streams import streaming
-from server.streams.events import Event
-from server.streams.streaming import MessageStream
 from tests.sse_client import HOSTILE_TEXTS
+from textbook_chat.streams import streaming
+from textbook_chat.streams.events import Event
+from textbook_chat.streams.streaming import MessageStream
 
 
 async def read(stream: MessageStream, after: int = 0) -> list[Event]:

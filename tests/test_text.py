@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.core.text import REPLACEMENT, ModelText, scrub
+from textbook_chat.core.text import REPLACEMENT, ModelText, scrub
 
 R = REPLACEMENT
 

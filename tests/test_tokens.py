@@ -1,6 +1,6 @@
 """Token counting: tiktoken when its BPE file is cached (filled from js-tiktoken), the MiniLM tokenizer otherwise.
 
-Each case runs in a fresh interpreter: tiktoken and server.core.tokens cache what they load per process.
+Each case runs in a fresh interpreter: tiktoken and textbook_chat.core.tokens cache what they load per process.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from server.core import tokens
+from textbook_chat.core import tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 FILL_SCRIPT = ROOT / "scripts" / "fill_tiktoken_cache.py"
@@ -87,7 +87,8 @@ def run_python(code: str, *, cache_dir: Path | None) -> dict[str, object]:
 def test_importing_the_counting_and_chunking_modules_loads_no_encoding_and_opens_no_socket() -> None:
     result = run_python(
         """
-        import server.core.tokens, server.book.chunking, server.index.embeddings, server.index.ingest
+        import textbook_chat.core.tokens, textbook_chat.book.chunking
+        import textbook_chat.index.embeddings, textbook_chat.index.ingest
         print(json.dumps({"tiktoken_loaded": "tiktoken" in sys.modules, "connections": connections}))
         """,
         cache_dir=None,
@@ -98,7 +99,7 @@ def test_importing_the_counting_and_chunking_modules_loads_no_encoding_and_opens
 def test_the_filled_cache_gives_exact_tiktoken_counts_without_the_network(filled_cache: Path) -> None:
     result = run_python(
         """
-        from server.core.tokens import counter_for_model, tiktoken_counter
+        from textbook_chat.core.tokens import counter_for_model, tiktoken_counter
         chat = counter_for_model("gpt-4o-mini")
         embed = tiktoken_counter("cl100k_base")
         print(json.dumps({
@@ -119,7 +120,7 @@ def test_the_filled_cache_gives_exact_tiktoken_counts_without_the_network(filled
 def test_without_the_bpe_file_counting_falls_back_to_the_local_tokenizer(tmp_path: Path) -> None:
     result = run_python(
         """
-        from server.core.tokens import counter_for_model, local_counter
+        from textbook_chat.core.tokens import counter_for_model, local_counter
         counter = counter_for_model("gpt-4o-mini")
         text = "ros2 topic echo /joint_states prints every message."
         print(json.dumps({
@@ -146,14 +147,14 @@ def test_a_failed_encoding_load_is_tried_once_and_warned_about_once(tmp_path: Pa
         class Collect(logging.Handler):
             def emit(self, record):
                 warnings.append(record.getMessage())
-        logging.getLogger("server.core.tokens").addHandler(Collect())
+        logging.getLogger("textbook_chat.core.tokens").addHandler(Collect())
         downloads = []
         _read_file = tiktoken.load.read_file
         def counting_read_file(blobpath):
             downloads.append(blobpath)
             return _read_file(blobpath)
         tiktoken.load.read_file = counting_read_file
-        from server.core.tokens import tiktoken_counter
+        from textbook_chat.core.tokens import tiktoken_counter
         first = tiktoken_counter("o200k_base")
         second = tiktoken_counter("o200k_base")
         print(json.dumps({"same": first is second, "downloads": len(downloads), "warnings": len(warnings)}))
@@ -182,7 +183,7 @@ def test_both_counters_truncate_to_a_prefix_that_fits_even_where_a_cut_falls_ins
     inside a multi-byte character (the emoji, the CJK) and the word-piece one has a 150-character [UNK] word."""
     result = run_python(
         """
-        from server.core.tokens import local_counter, tiktoken_counter
+        from textbook_chat.core.tokens import local_counter, tiktoken_counter
         texts = ["Joint torque 扭矩 控制器 🤖🤖🤖 balance", "short " + "x" * 150 + " tail words here", "plain"]
         out = []
         for counter in (tiktoken_counter("cl100k_base"), local_counter()):

@@ -10,12 +10,12 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from server.book import chunking
-from server.core.settings import Settings
-from server.index.ingest import docs_root
-from server.web import webapp
-from server.web.app import create_app
 from tests.conftest import DEMO_BOOK, SHARED_BOOK
+from textbook_chat.book import chunking
+from textbook_chat.core.settings import Settings
+from textbook_chat.index.ingest import docs_root
+from textbook_chat.web import webapp
+from textbook_chat.web.app import create_app
 
 
 def fake_dist(tmp_path: Path) -> Path:

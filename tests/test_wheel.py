@@ -16,17 +16,18 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from server import __version__
-from server.core import resources
 from tests.conftest import DEMO_BOOK, ROOT
 from tests.servers import free_port
 from tests.sse_client import EventParser, SSEEvent
+from textbook_chat import __version__
+from textbook_chat.core import resources
 
 pytestmark = pytest.mark.wheel
 
@@ -108,13 +109,28 @@ def test_the_installed_command_has_every_subcommand_reports_the_version_and_runs
     assert usage.startswith("usage: textbook-chat ")
     listed = set(re.findall(r"^    (\w+)", usage, re.MULTILINE))
     assert {"serve", "ingest", "migrate", "purge", "report", "calibrate", "eval"} <= listed, usage
-    where = _run([str(installed / "bin" / "python"), "-c", "import server; print(server.__file__)"], cwd=installed)
+    where = _run(
+        [str(installed / "bin" / "python"), "-c", "import textbook_chat; print(textbook_chat.__file__)"], cwd=installed
+    )
     assert Path(where.stdout.strip()).is_relative_to(installed)
+
+
+def test_the_wheel_adds_one_package_named_after_the_project_and_nothing_generic(installed: Path) -> None:
+    """site-packages gains ``textbook_chat`` and its dist-info only: no ``server`` (or other generic name)
+    that another project's package could collide with."""
+    (wheel,) = (installed.parent / "dist").glob("textbook_chat-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        top = {name.split("/", 1)[0] for name in archive.namelist()}
+        top_level = archive.read(f"textbook_chat-{__version__}.dist-info/top_level.txt").decode().split()
+    assert top == {"textbook_chat", f"textbook_chat-{__version__}.dist-info"}
+    assert top_level == ["textbook_chat"]
+    (site,) = installed.glob("lib/python3.*/site-packages")
+    assert (site / "textbook_chat" / "__init__.py").is_file() and not (site / "server").exists()
 
 
 def test_tiktoken_finds_the_wheels_files_without_the_network(installed: Path) -> None:
     code = (
-        "import json, pathlib; from server.core import resources, tokens; "
+        "import json, pathlib; from textbook_chat.core import resources, tokens; "
         "tokens.configure_tiktoken_cache(pathlib.Path('no-data'), resources.current().tiktoken); "
         "print(json.dumps([tokens.tiktoken_counter(name).exact for name in ('o200k_base', 'cl100k_base')]))"
     )

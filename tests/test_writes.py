@@ -12,11 +12,11 @@ from pathlib import Path
 
 import psycopg
 
-from server.store.database import create_pool
-from server.store.rows import Citation, Completion, LateQuestion, hash_token
-from server.store.sessions import Store
-from server.store.writes import AnswerWriter
 from tests.conftest import CLOSED_PORT_PG_URL
+from textbook_chat.store.database import create_pool
+from textbook_chat.store.rows import Citation, Completion, LateQuestion, hash_token
+from textbook_chat.store.sessions import Store
+from textbook_chat.store.writes import AnswerWriter
 
 
 async def _exchanges(store: Store, count: int) -> list[uuid.UUID]:

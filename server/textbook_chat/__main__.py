@@ -1,0 +1,3 @@
+from textbook_chat.cli import main
+
+raise SystemExit(main())

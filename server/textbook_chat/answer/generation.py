@@ -1,0 +1,315 @@
+"""Answer generation: the chat model through ``AsyncOpenAI`` (streamed), or the offline extractive generator.
+
+Both yield ``Token``, ``GenNotice`` and one final ``Finished``. Third-party errors stop here: the OpenAI
+generator retries once on timeout/5xx, backs off on 429 honouring ``Retry-After``, then falls back to
+extraction with a notice (DESIGN.md "Generation"); callers never see an ``openai`` exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import re
+from collections.abc import AsyncIterator, Collection
+from typing import TYPE_CHECKING, Any, cast
+
+from textbook_chat.answer import prompts
+from textbook_chat.answer.generator import (
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    Generator,
+    GenEvent,
+    GenNotice,
+    Token,
+    Usage,
+)
+from textbook_chat.answer.offline import ExtractiveGenerator, offline_generator
+from textbook_chat.answer.prompts import PromptSource, Turn
+from textbook_chat.core.crossencoder import CrossEncoder
+from textbook_chat.core.text import ModelText
+from textbook_chat.core.tokens import TokenCounter, counter_for_model
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+    from openai.types.chat import ChatCompletionMessageParam
+
+    from textbook_chat.core.settings import Settings
+    from textbook_chat.search.retrieval import Source
+
+__all__ = [
+    "ExtractiveGenerator",
+    "Finished",
+    "GenEvent",
+    "GenNotice",
+    "GenerationRequest",
+    "Generator",
+    "OpenAIGenerator",
+    "Token",
+    "Turn",
+    "Usage",
+    "cited_numbers",
+    "create_generator",
+    "offline_generator",
+]
+
+log = logging.getLogger(__name__)
+
+TEMPERATURE = 0.3
+MAX_TOKENS = 800
+MAX_RETRY_AFTER_S = 10.0  # a longer Retry-After is not worth a reader's wait: answer offline instead
+
+
+def create_generator(settings: Settings, *, cross_encoder: CrossEncoder | None = None) -> Generator:
+    extractive = offline_generator(cross_encoder)
+    if settings.openai_api_key is None:
+        return extractive
+    import openai
+
+    client = openai.AsyncOpenAI(
+        api_key=settings.openai_api_key.reveal(),
+        base_url=settings.openai_base_url,
+        # Explicit everywhere: the SDK's own default is 600 s (DESIGN.md "Settings"). Between two streamed
+        # chunks the read timeout applies, so a stalled stream fails after LLM_TIMEOUT_S too.
+        timeout=openai.Timeout(settings.llm_timeout_s, connect=min(5.0, settings.llm_timeout_s)),
+        max_retries=0,  # our own policy below: one retry, Retry-After, then the offline generator
+        # aiohttp under the SDK (its `aiohttp` extra): reading a streamed chunk costs a fraction of httpx2's
+        # anyio read path, which was the largest share of server CPU per relayed token (bench/chat.py).
+        http_client=openai.DefaultAioHttpClient(
+            limits=_limits(settings.llm_max_connections), timeout=settings.llm_timeout_s
+        ),
+    )
+    return OpenAIGenerator(client, model=settings.chat_model, fallback=extractive)
+
+
+def _limits(max_connections: int) -> Any:
+    import httpx2
+
+    return httpx2.Limits(max_connections=max_connections, max_keepalive_connections=min(100, max_connections))
+
+
+_MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
+
+
+def markers(text: str) -> list[int]:
+    """Every number cited as ``[n]`` / ``[n, m]`` in ``text``, in order of first use, valid or not."""
+    seen: list[int] = []
+    for match in _MARKER.finditer(text):
+        for part in match.group(1).split(","):
+            n = int(part)
+            if n not in seen:
+                seen.append(n)
+    return seen
+
+
+def cited_numbers(text: str, n_sources: int) -> list[int]:
+    """Source numbers cited in ``text``, in order of first use, within 1..n_sources."""
+    return [n for n in markers(text) if 1 <= n <= n_sources]
+
+
+def invalid_markers(text: str, valid: Collection[int]) -> list[int]:
+    """Numbers cited in ``text`` that are not among ``valid`` (a model citing a source it was not given)."""
+    return [n for n in markers(text) if n not in valid]
+
+
+# -- the chat model ------------------------------------------------------------------------------------
+
+
+class _Retryable(Exception):
+    """One failed attempt; ``delay`` seconds before the next, ``notice`` for the reader."""
+
+    def __init__(self, reason: str, delay: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.delay = delay
+
+
+class OpenAIGenerator:
+    name = "openai"
+
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        *,
+        model: str,
+        fallback: ExtractiveGenerator,
+        counter: TokenCounter | None = None,
+        retries: int = 1,
+    ) -> None:
+        self._client = client
+        self.model = model
+        self._fallback = fallback
+        self._counter = counter or counter_for_model(model)
+        self._retries = retries
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def warm_up(self) -> None:
+        self._fallback.warm_up()
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
+        messages = prompts.build_messages(
+            question=request.question,
+            sources=[_prompt_source(s) for s in request.sources],
+            history=request.history,
+            selected_text=request.selected_text,
+            low_confidence=request.low_confidence,
+            counter=self._counter,
+        )
+        emitted: list[str] = []
+        for attempt in range(self._retries + 1):
+            try:
+                async for event in self._attempt(messages, emitted):
+                    yield event
+                return
+            except _Retryable as failure:
+                if emitted:
+                    # Tokens already reached the reader; they cannot be taken back, so finish from the book.
+                    log.warning("chat model failed mid-answer (%s); completing with extraction", failure.reason)
+                    yield GenNotice("offline_generator", _NOTICE_MIDWAY)
+                    async for event in self._extract(request, prefix="\n\n"):
+                        yield event
+                    return
+                if attempt == self._retries or failure.delay > MAX_RETRY_AFTER_S:
+                    log.warning("chat model unavailable (%s); answering with extraction", failure.reason)
+                    break
+                log.warning("chat model failed (%s); retrying in %.1f s", failure.reason, failure.delay)
+                yield GenNotice("llm_retry", "The AI model did not answer; trying once more.")
+                await asyncio.sleep(failure.delay)
+        yield GenNotice("offline_generator", _NOTICE_FALLBACK)
+        async for event in self._extract(request):
+            yield event
+
+    async def _attempt(self, messages: list[dict[str, str]], emitted: list[str]) -> AsyncIterator[GenEvent]:
+        import openai
+
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                # The raw response: the SDK's per-chunk model objects cost ~10x the JSON parse (bench/chat.py);
+                # the request, its auth and its error mapping are still the SDK's.
+                response = await stack.enter_async_context(
+                    self._client.chat.completions.with_streaming_response.create(
+                        model=self.model,
+                        messages=cast("list[ChatCompletionMessageParam]", messages),
+                        temperature=TEMPERATURE,
+                        max_tokens=MAX_TOKENS,
+                        stream=True,
+                        stream_options={"include_usage": True},
+                    )
+                )
+            except openai.RateLimitError as exc:
+                raise _Retryable("429", _retry_after(exc.response.headers.get("retry-after"))) from exc
+            except (openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError) as exc:
+                raise _Retryable(type(exc).__name__, 0.2) from exc
+            except openai.APIError as exc:
+                # 400/401/403/404: retrying will not help; the reader still gets the offline answer.
+                raise _Retryable(f"{type(exc).__name__}", math.inf) from exc
+            finish: FinishReason = "stop"
+            usage: Usage | None = None
+            text = ModelText()  # what the model sends is untrusted input too (core/text.py, issue 25)
+            try:
+                async for chunk in _chunks(response.iter_bytes()):
+                    if chunk.get("error"):
+                        raise _Retryable("stream broke: error event", 0.2)
+                    if chunk.get("usage"):
+                        usage = _usage(chunk["usage"]) or usage
+                    for choice in chunk.get("choices") or ():
+                        content = (choice.get("delta") or {}).get("content")
+                        if content:
+                            if not isinstance(content, str):
+                                raise TypeError(f"content is {type(content).__name__}")
+                            piece = text.feed(content)
+                            if piece:
+                                emitted.append(piece)
+                                yield Token(piece)
+                        if choice.get("finish_reason") == "length":
+                            finish = "length"
+                rest = text.end()
+                if rest:
+                    emitted.append(rest)
+                    yield Token(rest)
+            except _Retryable:
+                raise
+            except (openai.APIError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                # Malformed chunks; timeouts between chunks and dropped connections come as httpx2's errors.
+                raise _Retryable(f"stream broke: {type(exc).__name__}", 0.2) from exc
+            except Exception as exc:
+                if type(exc).__module__.split(".")[0] not in ("httpx2", "httpcore2", "httpx", "httpcore"):
+                    raise
+                raise _Retryable(f"stream broke: {type(exc).__name__}", 0.2) from exc
+            # Leaving the block closes the response: a cancelled generation closes the upstream request at once.
+        if usage is None:
+            prompt = sum(self._counter.count(m["content"]) for m in messages)
+            usage = Usage(prompt, self._counter.count("".join(emitted)))
+        yield Finished(finish, usage, self.model)
+
+    async def _extract(self, request: GenerationRequest, prefix: str = "") -> AsyncIterator[GenEvent]:
+        first = True
+        async for event in self._fallback.stream(request):
+            if isinstance(event, Token) and first and prefix:
+                event = Token(prefix + event.text)
+            if isinstance(event, Token):
+                first = False
+            if isinstance(event, Finished):
+                event = Finished("fallback", event.usage, f"{self.model}+{event.model}")
+            yield event
+
+
+_NOTICE_FALLBACK = (
+    "The AI model is unavailable right now, so this answer quotes the most relevant passages of the book."
+)
+_NOTICE_MIDWAY = "The AI model stopped mid-answer; the rest quotes the most relevant passages of the book."
+
+
+async def _chunks(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of an OpenAI event stream, up to ``[DONE]`` (the rest is read, for connection reuse).
+
+    Lines split at LF (a trailing CR dropped), so no character inside the JSON can split one; a body that
+    breaks off raises httpx2's error, as with the SDK's own parser.
+    """
+    pending = b""
+    data: list[bytes] = []
+    finished = False
+    async for piece in body:
+        if finished:
+            continue
+        lines = (pending + piece).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            line = line.removesuffix(b"\r")
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif not line and data:
+                payload = b"\n".join(data)
+                data = []
+                if payload == b"[DONE]":
+                    finished = True
+                    break
+                yield json.loads(payload)
+
+
+def _usage(value: Any) -> Usage | None:
+    """The usage a chunk reports, if it is two counts; anything else is ignored (then it is counted here)."""
+    if not isinstance(value, dict):
+        return None
+    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
+    if type(prompt) is not int or type(completion) is not int or not (0 <= prompt < 2**31 and 0 <= completion < 2**31):
+        return None
+    return Usage(prompt, completion)
+
+
+def _retry_after(header: str | None) -> float:
+    try:
+        return max(0.0, float(header)) if header is not None else 1.0
+    except ValueError:
+        return 1.0
+
+
+def _prompt_source(source: Source) -> PromptSource:
+    return PromptSource(
+        n=source.n, title=source.title, heading=" › ".join(source.heading_path) or source.title, text=source.text
+    )

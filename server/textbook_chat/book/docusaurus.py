@@ -1,0 +1,234 @@
+"""Docusaurus docs folder structure: modules (top folders, `_category_.json`), sidebar order, front matter.
+
+A module is a top-level folder; a root-level doc (e.g. `intro.md`) is its own module, id = its doc id
+and title = its title. Each doc is read into sections at H1-H3 (`mdx.py` gives the blocks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from textbook_chat.book.mdx import Block, parse_blocks, substantive
+from textbook_chat.book.slugs import Slugger, doc_id, doc_url, read_front_matter, read_yaml_mapping, strip_number_prefix
+
+EMPTY_REASON = "no text left after removing front matter, MDX imports/exports, JSX markup and comments"
+
+
+@dataclass(frozen=True)
+class Module:
+    id: str
+    title: str
+    position: float
+    description: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    file_path: str
+    reason: str
+
+
+@dataclass
+class Section:
+    heading: str  # the heading line as Markdown ("" for the top of the document)
+    title: str
+    path: tuple[str, ...]
+    anchor: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass
+class Doc:
+    file_path: str
+    front_matter: dict[str, object]
+    title: str
+    doc_id: str
+    url: str
+    position: float | None
+    sections: list[Section]
+
+    @property
+    def has_content(self) -> bool:
+        return any(substantive(block) for section in self.sections for block in section.blocks)
+
+
+@dataclass
+class _Folder:
+    name: str
+    category: dict[str, object]
+    docs: list[Doc] = field(default_factory=list)
+    folders: list[_Folder] = field(default_factory=list)
+
+
+def read_tree(root: Path, base_url: str, skipped: list[Skipped]) -> list[tuple[Module, list[Doc]]]:
+    """Modules and their docs with content, in sidebar order; what is left out is appended to `skipped`.
+
+    Positions are 1-based ranks in sidebar order: `position` in `_category_.json` or
+    `sidebar_position`, else the file/folder number prefix; unpositioned items come after the
+    positioned ones; ties and the rest go by natural name order.
+    """
+    planned: list[tuple[Module, list[Doc]]] = []
+    for item in _ordered(_walk(root, "", base_url, skipped)):
+        if isinstance(item, _Folder):
+            docs = [doc for doc in _flatten(item) if doc.has_content]
+            category = item.category
+            description = _str(category.get("description")) or _str(_mapping(category.get("link")).get("description"))
+            module = Module(item.name, _str(category.get("label")) or _titleize(item.name), 0.0, description)
+        else:
+            docs = [item] if item.has_content else []
+            module = Module(item.doc_id, item.title, 0.0, _str(item.front_matter.get("description")))
+        skipped.extend(Skipped(doc.file_path, EMPTY_REASON) for doc in _flatten(item) if not doc.has_content)
+        if docs:
+            planned.append((module, docs))
+    return [
+        (Module(module.id, module.title, float(rank), module.description), docs)
+        for rank, (module, docs) in enumerate(planned, 1)
+    ]
+
+
+def read_doc(path: Path, root: Path, base_url: str) -> tuple[Module, Doc]:
+    """One file (under the docs `root`) and its module; raises OSError / UnicodeDecodeError."""
+    file_path = path.resolve().relative_to(root.resolve()).as_posix()
+    doc = parse_doc(path.read_bytes(), file_path, base_url)
+    top, _, rest = file_path.partition("/")
+    if rest:
+        category = _read_category(root / top, top, [])
+        position = _number(category.get("position")) or 0.0
+        return Module(top, _str(category.get("label")) or _titleize(top), position, ""), doc
+    return Module(doc.doc_id, doc.title, 0.0, _str(doc.front_matter.get("description"))), doc
+
+
+def parse_doc(raw: bytes, file_path: str, base_url: str) -> Doc:
+    """A doc's front matter, title, id, URL, sidebar position and sections."""
+    front_matter, text = read_front_matter(raw.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n"))
+    blocks = parse_blocks(text, Slugger())
+    headings = [block for block in blocks if block.kind == "heading"]
+    content_title = headings[0].plain if headings and headings[0].level == 1 else ""
+    identifier = doc_id(file_path, front_matter)
+    title = (
+        _str(front_matter.get("title"))
+        or content_title
+        or _str(front_matter.get("sidebar_label"))
+        or identifier.rpartition("/")[2]
+    )
+    stem = file_path.rpartition("/")[2].rsplit(".", 1)[0]
+    position = _number(front_matter.get("sidebar_position"))
+    return Doc(
+        file_path,
+        front_matter,
+        title,
+        identifier,
+        doc_url(base_url, file_path, front_matter),
+        position if position is not None else _prefix_number(stem),
+        _sections(blocks, title, headings[0] if content_title else None),
+    )
+
+
+def _walk(folder: Path, rel: str, base_url: str, skipped: list[Skipped]) -> _Folder:
+    node = _Folder(folder.name, _read_category(folder, rel, skipped))
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        path = f"{rel}/{entry.name}" if rel else entry.name
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            if not entry.name.startswith("_"):
+                node.folders.append(_walk(Path(entry.path), path, base_url, skipped))
+        elif entry.name.endswith((".md", ".mdx")):
+            if entry.name.startswith("_"):
+                skipped.append(Skipped(path, "partial: Docusaurus does not publish files starting with _"))
+                continue
+            try:
+                node.docs.append(parse_doc(Path(entry.path).read_bytes(), path, base_url))
+            except UnicodeDecodeError as exc:
+                skipped.append(Skipped(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})"))
+            except OSError as exc:
+                skipped.append(Skipped(path, f"unreadable ({exc.strerror or exc})"))
+    return node
+
+
+def _read_category(folder: Path, rel: str, skipped: list[Skipped]) -> dict[str, object]:
+    for name in ("_category_.json", "_category_.yml", "_category_.yaml"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+            data = json.loads(text) if name.endswith(".json") else read_yaml_mapping(text)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            skipped.append(Skipped(f"{rel}/{name}" if rel else name, f"ignored: {exc}"))
+            return {}
+        return dict(data) if isinstance(data, dict) else {}
+    return {}
+
+
+def _ordered(folder: _Folder) -> list[_Folder | Doc]:
+    """Docs and subfolders of one folder in Docusaurus autogenerated-sidebar order."""
+    items: list[_Folder | Doc] = [*folder.docs, *folder.folders]
+
+    def key(item: _Folder | Doc) -> tuple[bool, float, tuple[tuple[int, int | str], ...]]:
+        if isinstance(item, _Folder):
+            position = _number(item.category.get("position"))
+            position = _prefix_number(item.name) if position is None else position
+            name = item.name
+        else:
+            position, name = item.position, item.file_path.rpartition("/")[2]
+        return position is None, position or 0.0, _natural(name)
+
+    return sorted(items, key=key)
+
+
+def _flatten(item: _Folder | Doc) -> list[Doc]:
+    if isinstance(item, Doc):
+        return [item]
+    return [doc for child in _ordered(item) for doc in _flatten(child)]
+
+
+def _sections(blocks: list[Block], title: str, content_title: Block | None) -> list[Section]:
+    sections = [Section("", title, (), "")]
+    stack: list[tuple[int, str]] = []
+    for block in blocks:
+        if block is content_title:
+            sections[0].heading = block.text
+        elif block.kind == "heading" and block.level <= 3:
+            while stack and stack[-1][0] >= block.level:
+                stack.pop()
+            stack.append((block.level, block.plain))
+            # Docusaurus renders no id on an h1, so a later h1 section links to the top of the page.
+            anchor = block.anchor if block.level > 1 else ""
+            sections.append(Section(block.text, block.plain, tuple(text for _, text in stack), anchor))
+        else:
+            sections[-1].blocks.append(block)
+    return sections
+
+
+def _str(value: object) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _prefix_number(name: str) -> float | None:
+    # Docusaurus uses a file or folder number prefix (`02-setup`) as its sidebar position.
+    stripped = strip_number_prefix(name)
+    return float(name[: len(name) - len(stripped)].rstrip(" -_.")) if stripped != name else None
+
+
+def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    return tuple((0, int(part)) if part.isdigit() else (1, part.lower()) for part in re.split(r"(\d+)", name) if part)
+
+
+def _titleize(name: str) -> str:
+    return " ".join(word[:1].upper() + word[1:] for word in re.split(r"[-_\s]+", strip_number_prefix(name)) if word)

@@ -1,0 +1,211 @@
+"""The keyword side of hybrid search: text → BM25 term weights, as sparse vectors (Qdrant applies IDF) or an
+in-memory ``KeywordIndex`` (embedded Qdrant's sparse search is too slow per question: see the README).
+
+Identifiers are kept whole and also split (``rclpy.spin()`` → ``rclpy.spin``, ``rclpy``, ``spin``), so exact
+names such as ``ros2 topic echo`` or ``ros2_control`` match even where the dense model blurs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+_K1 = 1.2
+_B = 0.75
+_DIGITS = 5  # sparse weights are stored rounded
+_AVERAGE_TERMS = 120.0  # typical chunk length in terms; document length normalisation is relative to it
+_NAME = re.compile(r"[A-Za-z0-9]+(?:[._\-/][A-Za-z0-9]+)*")
+_IDENTIFIER = re.compile(r"[a-z0-9]+(?:[._\-/:][a-z0-9]+)*")
+_STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having he
+    her here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+    now of off on once only or other our ours ourselves out over own same she should so some such than that the
+    their theirs them themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves use used using
+    get gets one two way ways""".split()
+)
+
+
+@dataclass(frozen=True)
+class Sparse:
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+# Typographic hyphens join a compound as "-" does: a book's "teacher–student" (an en dash) is the compound a
+# reader types as "teacher-student". The em dash, which sets off a clause, is left alone.
+_HYPHENS = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013", "-"))
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased terms in order: whole identifiers and their parts, stopwords dropped, plurals folded."""
+    result: list[str] = []
+    for match in _IDENTIFIER.finditer(text.translate(_HYPHENS).lower()):
+        token = match.group()
+        parts = re.split(r"[._\-/:]", token)
+        if len(parts) > 1:
+            result.append(token)
+        result.extend(_stem(p) for p in parts if p and p not in _STOPWORDS and len(p) > 1)
+    return result
+
+
+# Words that say what kind of question it is, not what it is about: absent from a book, they mean nothing.
+_ASKING = frozenset(
+    """explain describe tell mean meaning difference differ work works happen example examples kind kinds type types
+    thing things need want make know like many much good best better usual typical typically common general
+    different new old main simple simply important possible right wrong usually often always never""".split()
+)
+
+
+# A word MiniLM's 30k-piece vocabulary splits into this many pieces or more is rare or technical ("quadcopter",
+# "actuator"); common words and their inflections ("obtained", "blindly") are one or two, and a book that
+# never uses one of those has only phrased the same thing differently.
+SPECIFIC_PIECES = 3
+# A word of two pieces whose first piece is this short has no English word to start from: the vocabulary spells
+# it from a fragment, as it does a command or a tool written in lowercase ("strace" st+race, "grep" gr+ep,
+# "gdb" g+db, "cron" cr+on), while the two-piece words of everyday English start from a word ("gripper"
+# grip+per, "setpoint" set+point). Issue 26: a shell book's questions about commands it never mentions.
+FRAGMENT_CHARS = 2
+
+
+def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
+    """A question's specific terms (see ``SPECIFIC_PIECES`` and ``FRAGMENT_CHARS``), each weighing 1: the ones
+    a book that answers the question must use somewhere."""
+    weights: dict[str, float] = {}
+    for term in terms(text):
+        if term in exclude or term in weights or term in _ASKING or len(term) < 3 or not term.isalpha():
+            continue  # a compound ("two-link") is checked by its parts, an identifier by the names rule
+        if specific(term):
+            weights[term] = 1.0
+    return weights
+
+
+def specific(term: str) -> bool:
+    """Whether a lower-case word is rare or technical enough that a book answering about it must use it."""
+    pieces = _pieces(term)
+    return len(pieces) >= SPECIFIC_PIECES or (len(pieces) == 2 and len(pieces[0]) <= FRAGMENT_CHARS)
+
+
+@lru_cache(maxsize=65536)
+def _pieces(term: str) -> tuple[str, ...]:
+    tokenizer = _wordpiece()
+    if tokenizer is None:  # no local model installed: length stands in for rarity
+        return (term,) * (1 + len(term) // 8)
+    return tuple(tokenizer.encode(term, add_special_tokens=False).tokens) or (term,)
+
+
+def _wordpiece() -> Any:
+    try:
+        from textbook_chat.core.tokens import wordpiece_tokenizer
+
+        return wordpiece_tokenizer()  # the process's one copy (9 MB each), shared with counting and the embedder
+    except Exception:  # noqa: BLE001 -- no local model installed: length stands in for rarity
+        return None
+
+
+def names(text: str) -> list[str]:
+    """The terms of what a question names: identifiers (``ros2_control``, ``ESP32``, ``MoveIt``) and capitalised
+    words after the first (``Tesla``, ``Cartographer``). A book that never mentions one cannot answer about it.
+
+    A question with no lower-case letter (caps lock) says nothing by its capitals: only digits, dots and
+    underscores make a name there."""
+    found: list[str] = []
+    text = text.translate(_HYPHENS)
+    cased = any(c.islower() for c in text)
+    for position, match in enumerate(_NAME.finditer(text)):
+        token = match.group()
+        identifier = any(c.isdigit() or c in "_." for c in token) or (cased and any(c.isupper() for c in token[1:]))
+        capitalised = cased and position > 0 and token[0].isupper() and not _starts_sentence(text, match.start())
+        if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
+            continue
+        if all(c.isdigit() or c in "._" for c in token):
+            continue  # a bare number ("case 17", "2022", "3.10") is a quantity, not a thing the book must name
+        parts = terms(token)
+        if parts and parts[0] not in found:
+            found.append(parts[0])  # the whole identifier comes first; its parts are ordinary words
+    return found
+
+
+def _starts_sentence(text: str, start: int) -> bool:
+    """Whether a word opens a sentence ("… AI? Thanks!"), where capitals are grammar, not a name."""
+    before = text[:start].rstrip(" \t\"'(")
+    return not before or before[-1] in ".!?:;\n"
+
+
+def document_vector(text: str) -> Sparse:
+    """BM25-style saturated term frequencies with length normalisation (IDF comes from Qdrant)."""
+    return _vector(_bm25(terms(text)))
+
+
+def query_vector(text: str) -> Sparse:
+    return _vector(dict.fromkeys(terms(text), 1.0))
+
+
+class KeywordIndex:
+    """BM25 over a fixed list of documents, in memory: postings per term as numpy arrays."""
+
+    def __init__(self, documents: Sequence[str]) -> None:
+        postings: dict[str, tuple[list[int], list[float]]] = {}
+        for number, text in enumerate(documents):
+            for term, weight in _bm25(terms(text)).items():
+                docs, weights = postings.setdefault(term, ([], []))
+                docs.append(number)
+                weights.append(round(weight, _DIGITS))  # as stored in Qdrant (``_vector``), so near-ties break alike
+        self.size = len(documents)
+        self._postings: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]] = {}
+        for term, (docs, weights) in postings.items():
+            idf = math.log(1 + (self.size - len(docs) + 0.5) / (len(docs) + 0.5))
+            self._postings[term] = (np.array(docs, dtype=np.int32), np.array(weights, dtype=np.float64) * idf)
+
+    def __contains__(self, term: object) -> bool:
+        return term in self._postings
+
+    def scores(self, query_terms: Sequence[str]) -> npt.NDArray[np.float64]:
+        """BM25 score of every document for these terms (0 where none occurs)."""
+        result = np.zeros(self.size, dtype=np.float64)
+        for term in dict.fromkeys(query_terms):
+            posting = self._postings.get(term)
+            if posting is not None:
+                result[posting[0]] += posting[1]
+        return result
+
+
+def _bm25(document_terms: Sequence[str]) -> dict[str, float]:
+    counts = Counter(document_terms)
+    length = sum(counts.values()) or 1
+    norm = _K1 * (1 - _B + _B * length / _AVERAGE_TERMS)
+    return {term: tf * (_K1 + 1) / (tf + norm) for term, tf in counts.items()}
+
+
+def _vector(weights: dict[str, float]) -> Sparse:
+    by_index: dict[int, float] = {}
+    for term, weight in weights.items():
+        index = term_index(term)
+        by_index[index] = by_index.get(index, 0.0) + weight
+    ordered = sorted(by_index.items())
+    return Sparse(tuple(i for i, _ in ordered), tuple(round(v, _DIGITS) for _, v in ordered))
+
+
+@lru_cache(maxsize=65536)
+def term_index(term: str) -> int:
+    """A stable 32-bit id for a term (never Python's per-process ``hash``)."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "big")
+
+
+def _stem(word: str) -> str:
+    # Plural folding only: enough for "topics"/"topic", "policies"/"policy", without mangling identifiers.
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word

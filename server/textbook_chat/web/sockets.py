@@ -1,0 +1,206 @@
+"""What a socket may hold before its request is whole: deadlines for headers and body, and a cap per peer.
+
+uvicorn (0.54) has no header or body read deadline and no per-client cap (its ``limit_concurrency`` is global
+and answers 503), so 1,500 sockets trickling partial headers were never closed (issue 25). ``GuardedProtocol``
+is uvicorn's httptools protocol with three additions, as nginx's ``client_header_timeout`` /
+``client_body_timeout`` and Node's ``headersTimeout`` do:
+
+- a request's headers must be whole ``header_timeout_s`` after its first byte (or after the connection opened),
+  else a JSON 408 and the socket is closed; more than ``MAX_HEAD_BYTES`` of unfinished head is a JSON 431;
+- its body must be whole ``body_timeout_s`` after the headers, else the socket is closed (the app sees the
+  client gone, web/app.py answers 499);
+- one peer address may have ``max_pending_per_peer`` connections whose request is not whole yet; more get a
+  JSON 429 and are closed at once. A request that is whole (an open stream) no longer counts, so the
+  benchmarks' 5,000 streams from one address fit, and behind a proxy (one address for everyone) the cap is a
+  setting.
+
+Errors uvicorn answers itself (a malformed request line) get the JSON error shape too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from textbook_chat.core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD_BYTES = 64 * 1024  # request line and headers; the app refuses more than 32 KiB of headers itself (431)
+
+
+@dataclass
+class SocketGuard:
+    """The limits, and the count of unfinished requests per peer address (one per worker process)."""
+
+    header_timeout_s: float = Settings.http_header_timeout_s
+    body_timeout_s: float = Settings.http_body_timeout_s
+    max_pending_per_peer: int = Settings.http_max_pending_per_client  # 0: no cap
+    pending: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SocketGuard:
+        return cls(settings.http_header_timeout_s, settings.http_body_timeout_s, settings.http_max_pending_per_client)
+
+    def protocol(self) -> Any:
+        """What uvicorn's ``http=`` takes: a factory of ``GuardedProtocol`` bound to this guard."""
+        return partial(GuardedProtocol, guard=self)
+
+    def __getstate__(self) -> dict[str, Any]:  # `serve --workers N` sends it to each worker: counts start at 0
+        return {**self.__dict__, "pending": Counter()}
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    # Slots, not the instance dict: four more keys there turn uvicorn's key-sharing dict (~300 bytes) into a
+    # dict of its own (~1,600 bytes), on every connection, however long it stays open (bench/idle.py).
+    __slots__ = ("_guard", "_peer", "_deadline", "_head_bytes")
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        guard: SocketGuard,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._guard = guard
+        self._peer: str | None = None  # counted in guard.pending while set
+        self._deadline: asyncio.TimerHandle | None = None
+        self._head_bytes: int | None = None  # bytes of the unfinished head; None once the headers are whole
+
+    # -- the connection ----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if not self._begin_request():
+            _count_closed("pending_cap")
+            message = "Too many unfinished requests from your address; try again in a few seconds."
+            self._refuse(429, "too_many_connections", message)
+            return
+        self._head_bytes = 0
+        self._arm(self._guard.header_timeout_s, "header_timeout")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._end_request()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():  # refused (cap, deadline, too large): what follows is not read
+            return
+        super().data_received(data)
+        if self._head_bytes is not None and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                _count_closed("too_large")
+                message = f"The request head is larger than {MAX_HEAD_BYTES // 1024} KiB."
+                self._refuse(431, "request_headers_too_large", message)
+
+    # -- parser callbacks ----------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._head_bytes is None:
+            # A further request on a kept-alive (or pipelining) connection: its head has the same deadline, from
+            # its first byte; the connection is already there, so the per-peer cap does not refuse it.
+            self._begin_request(capped=False)
+            self._head_bytes = 0
+            self._arm(self._guard.header_timeout_s, "header_timeout")
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._head_bytes = None
+        self._arm(self._guard.body_timeout_s, "body_timeout")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        self._end_request()
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        self._disarm()
+        self._refuse(400, "bad_request", "The request is not valid HTTP/1.1.")
+
+    # -- deadlines and the per-peer count ----------------------------------------------------------------------
+
+    def _begin_request(self, *, capped: bool = True) -> bool:
+        if self._peer is not None:
+            return True
+        peer = self.client[0] if self.client else ""
+        cap = self._guard.max_pending_per_peer
+        if capped and cap and self._guard.pending[peer] >= cap:
+            return False
+        self._guard.pending[peer] += 1
+        self._peer = peer
+        return True
+
+    def _end_request(self) -> None:
+        if self._peer is None:
+            return
+        pending = self._guard.pending
+        pending[self._peer] -= 1
+        if pending[self._peer] <= 0:
+            del pending[self._peer]
+        self._peer = None
+
+    def _arm(self, seconds: float, reason: str) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expire, reason)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self, reason: str) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        _count_closed(reason)
+        log.debug("connection closed: %s", reason.replace("_", " "))
+        if reason == "header_timeout" and (self.cycle is None or self.cycle.response_complete):
+            self._refuse(408, "request_timeout", "The request headers did not arrive in time.")
+        else:
+            # The app already has this request: it sees the client gone (no response of ours may cross its own).
+            self.transport.close()
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """A JSON error in the API's shape, then close: the connection is in no state to carry on."""
+        body = json.dumps({"error": {"code": code, "message": message}}).encode()
+        reason = {
+            400: b"Bad Request",
+            408: b"Request Timeout",
+            429: b"Too Many Requests",
+            431: b"Request Header Fields Too Large",
+        }[status]
+        head = [
+            b"HTTP/1.1 %d %s\r\n" % (status, reason),
+            *([b"retry-after: 5\r\n"] if status == 429 else []),
+            *(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers),
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"x-request-id: " + uuid.uuid4().hex.encode() + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+
+def _count_closed(reason: str) -> None:
+    # Imported here, in the worker: `serve` (and its supervisor of N workers) imports this module before the
+    # metrics directory is set up, and a process that imports the metrics writes files there (cli._metrics_dir).
+    from textbook_chat.core import metrics
+
+    metrics.SOCKETS_CLOSED.labels(reason).inc()
