@@ -1,4 +1,4 @@
-# Finding a supported Python, sourced by setup.sh and lock.sh (and by tests/test_wheel.py through bash).
+# Finding a supported Python, sourced by setup.sh and lock.sh (and by tests/e2e/test_wheel.py through bash).
 # Every candidate is tried by running it: pyenv's shims answer `command -v python3.13` even when that version is
 # not selected, and then fail when run.
 

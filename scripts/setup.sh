@@ -71,7 +71,7 @@ else
 fi
 
 # The browser tests drive Debian's chromium (Playwright cannot download its own browsers here), and
-# tests/test_deploy.py runs deploy/nginx.conf with Debian's nginx (as its own process; the package's service is not used).
+# tests/e2e/test_deploy.py runs deploy/nginx.conf with Debian's nginx (as its own process; the package's service is not used).
 if { [ ! -x /usr/bin/chromium ] || [ ! -x /usr/sbin/nginx ]; } && command -v apt-get >/dev/null 2>&1; then
   echo "setup: installing chromium and nginx for the browser and deploy tests (apt-get)"
   as_root=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && as_root="sudo"

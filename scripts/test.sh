@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up, then run every check CI runs: formatting, lint, types, import contracts, and the whole test suite
-# (which also builds the wheel and serves the demo book from it on another Python: tests/test_wheel.py).
+# (which also builds the wheel and serves the demo book from it on another Python: tests/e2e/test_wheel.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

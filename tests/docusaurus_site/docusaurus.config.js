@@ -1,6 +1,6 @@
 // A small Docusaurus 3 site made of the demo book, with the chat panel installed as a site owner would:
 // `npm install` of the tarball `npm pack` makes in frontend/, then the one plugin line below.
-// tests/test_docusaurus.py builds it with the chat server's URL and serves it beside the server.
+// tests/e2e/test_e2e.py builds it with the chat server's URL and serves it beside the server.
 const path = require("node:path");
 
 /** @type {import('@docusaurus/types').Config} */

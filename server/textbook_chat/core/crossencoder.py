@@ -183,7 +183,7 @@ class CrossEncoder:
         the longer can give way, else both get half).
 
         The word pieces come from the process's one MiniLM tokenizer (``tokens.wordpiece_tokenizer``): the two
-        models share bert-base-uncased's vocabulary and normalisation (``tests/test_crossencoder.py`` checks
+        models share bert-base-uncased's vocabulary and normalisation (``tests/core/test_crossencoder.py`` checks
         that the pairs are the same), and a second copy of that tokenizer would hold another 9 MB."""
         from textbook_chat.core.tokens import wordpiece_tokenizer
 

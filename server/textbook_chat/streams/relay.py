@@ -171,7 +171,7 @@ class RedisRelay:
             except (RedisError, OSError):
                 # After Redis restarts, the first write goes out on a pooled connection to the old server
                 # and fails; that connection is dropped, so one more try gets a fresh one
-                # (tests/test_drills.py). Entries already written are refused as duplicates, not doubled.
+                # (tests/e2e/test_drills.py). Entries already written are refused as duplicates, not doubled.
                 await self._write(batch)
         except (RedisError, OSError) as exc:
             # Local listeners are unaffected; remote readers of these events fall back to Postgres.

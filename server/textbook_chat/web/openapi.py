@@ -1,6 +1,6 @@
 """``GET /openapi.json``: the OpenAPI 3.1 document of the HTTP API (docs/http-api.md).
 
-Written by hand from the request schemas in ``schemas.py``; tests/test_openapi.py checks that every
+Written by hand from the request schemas in ``schemas.py``; tests/web/test_openapi.py checks that every
 route of the app is described here and nothing else is.
 """
 

@@ -34,7 +34,7 @@ def _outcome(id: str, kind: str, *, similarity: float = 0.5, rank: int | None = 
     return Outcome(**values)  # type: ignore[arg-type]
 
 
-HELDOUT = Path(__file__).parent / "data" / "heldout_questions.jsonl"  # our own questions on the shared book
+HELDOUT = Path(__file__).parents[1] / "data" / "heldout_questions.jsonl"  # our own questions on the shared book
 
 
 def test_the_shared_demo_and_held_out_question_files_load_with_every_kind() -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 import psycopg
 
 from tests.conftest import copy_index
+from tests.e2e.test_e2e import _require_browser, run_scenario
 from tests.fake_openai import FakeOpenAI, ok, tokens_of
 from tests.servers import serving
-from tests.test_e2e import _require_browser, run_scenario
 from textbook_chat.core.settings import Settings
 from textbook_chat.web.app import create_app
 

@@ -19,7 +19,7 @@ import pytest
 
 from textbook_chat.core import tokens
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILL_SCRIPT = ROOT / "scripts" / "fill_tiktoken_cache.py"
 
 

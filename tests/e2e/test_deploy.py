@@ -28,7 +28,7 @@ from tests.conftest import ROOT, TEST_REDIS_URL, worker_envs
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import free_port, server_process, serving
 from tests.sse_client import answer_text, read_all, read_some
-from tests.test_resume import KEY, LONG_ANSWER, QUESTION, stored_answer
+from tests.streams.test_resume import KEY, LONG_ANSWER, QUESTION, stored_answer
 
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
