@@ -8,6 +8,8 @@ scripts/setup.sh
 mkdir -p test-output
 scripts/setup_docusaurus_site.sh > test-output/docusaurus-setup.log 2>&1 &
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/data/tiktoken}"
+# This checkout first on the path (lint-imports, mypy and the commands tests start), whatever the venv's .pth says.
+export PYTHONPATH="$PWD/server:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 .venv/bin/ruff format --check server tests migrations scripts bench setup.py
 .venv/bin/ruff check server tests migrations scripts bench setup.py
 .venv/bin/mypy
