@@ -39,6 +39,20 @@ TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 CLOSED_PORT_PG_URL = "postgresql://postgres@127.0.0.1:1/postgres"
 
 
+E2E_DIR = ROOT / "tests" / "e2e"
+# Fixtures that make a test slow by themselves: ingesting the shared book takes tens of seconds.
+SLOW_FIXTURES = frozenset({"shared_index_dir"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Whole-system tests (tests/e2e/: browsers, drills, deploy) and tests on the shared book are marked slow, besides
+    those marked one by one, so ``scripts/test.sh --quick`` (``-m "not slow and not wheel"``) leaves them out."""
+    for item in items:
+        in_e2e = item.path.is_relative_to(E2E_DIR)
+        if in_e2e or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def alembic_config(database_url: str) -> Config:
     config = Config(str(ROOT / "alembic.ini"))
     config.set_main_option("script_location", str(ROOT / "migrations"))
