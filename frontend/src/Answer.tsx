@@ -1,13 +1,16 @@
-/** One assistant answer: its notices, the streamed Markdown with citation links, the sources, feedback, retry. */
-import { useState, type ReactNode } from "react";
+/** One assistant answer: its notices, the streamed Markdown with citation links, its sources (src/Sources.tsx),
+ * how well the book supports it, Copy, retry, and the reader's rating (src/AnswerFeedback.tsx). */
+import type { ReactNode } from "react";
+import { AnswerFeedback, canRate } from "./AnswerFeedback";
 import { splitSources } from "./citations";
 import { confidenceCue } from "./confidence";
 import { CopyButton } from "./CopyButton";
 import { answerAsText } from "./copyText";
-import { ThumbIcon } from "./icons";
 import { Markdown } from "./markdown";
-import type { Notice, Source } from "./protocol";
+import type { Notice } from "./protocol";
+import { untilText } from "./rateLimit";
 import type { AnswerMessage } from "./reducer";
+import { sourceLabel, Sources } from "./Sources";
 
 interface AnswerProps {
   message: AnswerMessage;
@@ -91,70 +94,8 @@ export function Answer({ message, onRetry, onFeedback, canRetry, moduleTitles, n
           )}
         </div>
       )}
-      {canRate(message) && (
-        <div className="tc-feedback" role="group" aria-label="Was this answer helpful?">
-          <button
-            type="button"
-            className="tc-icon"
-            aria-pressed={message.feedback === "up"}
-            aria-label="Helpful"
-            title="Helpful"
-            onClick={() => onFeedback("up")}
-          >
-            <ThumbIcon />
-          </button>
-          <button
-            type="button"
-            className="tc-icon"
-            aria-pressed={message.feedback === "down"}
-            aria-label="Not helpful"
-            title="Not helpful"
-            onClick={() => onFeedback("down")}
-          >
-            <ThumbIcon down />
-          </button>
-        </div>
-      )}
-      {canRate(message) && message.feedback === "down" && <DownComment onSend={(text) => onFeedback("down", text)} />}
+      {canRate(message) && <AnswerFeedback rating={message.feedback} onFeedback={onFeedback} />}
     </article>
-  );
-}
-
-/** Thumbs only where a rating can be kept: a finished, stored answer (not on a server without history). */
-export function canRate(message: AnswerMessage): boolean {
-  const stored = !message.notices.some((n) => n.code === "history_unavailable");
-  return (
-    message.status === "done" &&
-    Boolean(message.messageId) &&
-    message.finishReason !== "declined" &&
-    message.finishReason !== "cancelled" &&
-    stored
-  );
-}
-
-/** After a thumbs-down: what was wrong or missing, in the reader's words (the API keeps up to 2,000 characters). */
-function DownComment({ onSend }: { onSend: (text: string) => void }): ReactNode {
-  const [text, setText] = useState("");
-  const [sent, setSent] = useState(false);
-  if (sent) return null;
-  return (
-    <form
-      className="tc-comment"
-      onSubmit={(e) => {
-        e.preventDefault();
-        if (!text.trim()) return;
-        onSend(text.trim());
-        setSent(true);
-      }}
-    >
-      <label>
-        What was wrong or missing? (optional)
-        <textarea value={text} maxLength={2000} rows={2} onChange={(e) => setText(e.target.value)} />
-      </label>
-      <button type="submit" className="tc-button tc-small" disabled={!text.trim()}>
-        Send
-      </button>
-    </form>
   );
 }
 
@@ -184,75 +125,10 @@ function NoticeBanner({ notice }: { notice: Notice }): ReactNode {
   );
 }
 
-function Sources({
-  sources,
-  heading,
-  titles,
-  muted = false,
-}: {
-  sources: Source[];
-  heading: string;
-  titles: Map<string, string>;
-  muted?: boolean;
-}): ReactNode {
-  // The excerpt shows on hover where there is a mouse; on a touch screen the "Preview" toggle opens it in place.
-  const [previewing, setPreviewing] = useState<number | null>(null);
-  return (
-    <section className={muted ? "tc-sources tc-sources--related" : "tc-sources"} aria-label={heading}>
-      <h4>{heading}</h4>
-      <ol>
-        {sources.map((s) => (
-          <li key={s.n} value={s.n} className={previewing === s.n ? "tc-previewing" : undefined}>
-            <a href={s.url} className="tc-source" data-n={s.n} target="_top">
-              {sourceLabel(s, titles)}
-            </a>
-            {s.excerpt && (
-              <>
-                <button
-                  type="button"
-                  className="tc-link tc-preview-toggle"
-                  aria-expanded={previewing === s.n}
-                  aria-controls={`tc-excerpt-${s.n}`}
-                  onClick={() => setPreviewing(previewing === s.n ? null : s.n)}
-                >
-                  {previewing === s.n ? "Hide preview" : "Preview"}
-                </button>
-                <span className="tc-excerpt" id={`tc-excerpt-${s.n}`} role="tooltip">
-                  {s.excerpt}
-                </span>
-              </>
-            )}
-          </li>
-        ))}
-      </ol>
-    </section>
-  );
-}
-
-/** "Module › Chapter › Heading", skipping parts that repeat the previous one. */
-export function sourceLabel(source: Source, moduleTitles: Map<string, string> = new Map()): string {
-  const module = moduleTitles.get(source.module) ?? source.module;
-  const parts = [module, source.chapter || source.title, ...(source.heading_path ?? [])];
-  const out: string[] = [];
-  for (const part of parts) {
-    const clean = (part ?? "").trim();
-    if (clean && !out.includes(clean)) out.push(clean);
-  }
-  return out.join(" › ");
-}
-
 function failureText(message: AnswerMessage): string {
   const failure = message.failure!;
   if (failure.retryAt) {
     return `${failure.message} You can ask again ${untilText(failure.retryAt)}.`;
   }
   return failure.message || "Something went wrong.";
-}
-
-export function untilText(at: number, now: number = Date.now()): string {
-  const seconds = Math.max(0, Math.ceil((at - now) / 1000));
-  if (seconds < 60) return `in ${seconds} s`;
-  const minutes = Math.ceil(seconds / 60);
-  if (minutes < 60) return `in ${minutes} min`;
-  return `at ${new Date(at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
 }

@@ -13,6 +13,8 @@ import {
   type SessionSummary,
 } from "./protocol";
 import type { Failure, Session } from "./reducer";
+import { ApiError, failureOf, isNetworkError, retryAfterOf } from "./apiErrors";
+import { uuid } from "./uuid";
 
 export type Fetch = typeof fetch;
 
@@ -35,17 +37,6 @@ export interface ClientOptions {
   authToken?: () => string | null;
 }
 
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly retryAfterS: number | null,
-  ) {
-    super(message);
-  }
-}
-
 const DEFAULT_DELAYS = [250, 500, 1000, 2000, 4000];
 
 export class ChatClient {
@@ -55,7 +46,7 @@ export class ChatClient {
   private readonly authToken: () => string | null;
 
   constructor(options: ClientOptions) {
-    this.base = options.apiBase.replace(/\/+$/, "");
+    this.base = withoutTrailingSlashes(options.apiBase);
     this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
     this.delays = options.reconnectDelaysMs ?? DEFAULT_DELAYS;
     this.authToken = options.authToken ?? (() => null);
@@ -212,34 +203,6 @@ function sessionHeaders(session: Session | null): Record<string, string> {
   return session?.token ? { "X-Session-Token": session.token } : {};
 }
 
-/** A failed HTTP answer as the panel shows it; 429 carries when the next question is allowed. */
-export async function failureOf(response: Response): Promise<Failure> {
-  let code = `http_${response.status}`;
-  let message = `The server answered ${response.status}.`;
-  try {
-    const body = (await response.json()) as { error?: { code?: string; message?: string } };
-    code = body.error?.code ?? code;
-    message = body.error?.message ?? message;
-  } catch {
-    // not our JSON error shape (a proxy's page): keep the generic message
-  }
-  const retryAfter = retryAfterOf(response);
-  if (response.status === 429) {
-    const seconds = retryAfter ?? 60;
-    return { code, message, retryable: true, retryAt: Date.now() + seconds * 1000 };
-  }
-  return { code, message, retryable: response.status >= 500 || response.status === 408 };
-}
-
-function retryAfterOf(response: Response): number | null {
-  const raw = response.headers.get("Retry-After");
-  return raw && /^\d+$/.test(raw) ? Number(raw) : null;
-}
-
-function isNetworkError(error: unknown): boolean {
-  return error instanceof Error && /network|fetch|terminated|aborted|socket/i.test(error.message);
-}
-
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     const timer = setTimeout(done, ms);
@@ -252,12 +215,8 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-export function uuid(): string {
-  if (typeof crypto.randomUUID === "function") return crypto.randomUUID();
-  // crypto.randomUUID needs a secure context; plain-http demo hosts fall back to getRandomValues.
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  bytes[6] = (bytes[6] & 0x0f) | 0x40;
-  bytes[8] = (bytes[8] & 0x3f) | 0x80;
-  const hex = Array.from(bytes, (b: number) => b.toString(16).padStart(2, "0")).join("");
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+function withoutTrailingSlashes(url: string): string {
+  let end = url.length;
+  while (end > 0 && url[end - 1] === "/") end--;
+  return url.slice(0, end);
 }

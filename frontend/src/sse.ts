@@ -12,7 +12,8 @@ export interface SseEvent {
 }
 
 export class SseParser {
-  private buffer = "";
+  /** The pieces of a line not yet ended: joined once, when its end arrives (a long line costs linear time). */
+  private partial: string[] = [];
   private dataLines: string[] = [];
   private eventType = "";
   private lastId = "";
@@ -31,28 +32,29 @@ export class SseParser {
       this.pendingCR = false;
       if (text.startsWith("\n")) text = text.slice(1); // the LF of a CRLF split across chunks
     }
-    this.buffer += text;
     const events: SseEvent[] = [];
     let start = 0;
-    for (let i = 0; i < this.buffer.length; i++) {
-      const ch = this.buffer[i];
+    for (let i = 0; i < text.length; i++) {
+      const ch = text[i];
       if (ch !== "\n" && ch !== "\r") continue;
-      const line = this.buffer.slice(start, i);
+      const piece = text.slice(start, i);
+      const line = this.partial.length ? this.partial.join("") + piece : piece;
+      this.partial = [];
       if (ch === "\r") {
-        if (i + 1 === this.buffer.length) this.pendingCR = true;
-        else if (this.buffer[i + 1] === "\n") i++;
+        if (i + 1 === text.length) this.pendingCR = true;
+        else if (text[i + 1] === "\n") i++;
       }
       start = i + 1;
       const event = this.line(line);
       if (event) events.push(event);
     }
-    this.buffer = this.buffer.slice(start);
+    if (start < text.length) this.partial.push(text.slice(start));
     return events;
   }
 
   /** The stream ended: an event without its closing blank line is dropped, as the spec says. */
   end(): void {
-    this.buffer = "";
+    this.partial = [];
     this.dataLines = [];
     this.eventType = "";
     this.pendingCR = false;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { canRate } from "../src/Answer";
+import { canRate } from "../src/AnswerFeedback";
 import { initialState, reducer, type AnswerMessage } from "../src/reducer";
 
 function answer(overrides: Partial<AnswerMessage>): AnswerMessage {

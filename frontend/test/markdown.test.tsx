@@ -50,6 +50,21 @@ describe("Markdown", () => {
     expect(out).toContain("<ul><li><em>one</em></li><li>two</li></ul>");
   });
 
+  it("pairs a code span's backticks by run length, inside emphasis and after a link too", () => {
+    expect(html("**`colcon build`** first")).toBe("<p><strong><code>colcon build</code></strong> first</p>");
+    expect(html("``a`")).toBe("<p>``a`</p>");
+    expect(html("`` a ` b ``")).toBe("<p><code>a ` b</code></p>");
+    expect(html("[`](/x) then `code`")).toBe('<p><a href="/x" target="_top">`</a> then <code>code</code></p>');
+  });
+
+  it("drops a heading's closing hashes only where a space sets them apart", () => {
+    expect(parseBlocks("## Setup ##\n# Using C#\n### #")).toEqual([
+      { kind: "heading", level: 2, text: "Setup" },
+      { kind: "heading", level: 1, text: "Using C#" },
+      { kind: "heading", level: 3, text: "" },
+    ]);
+  });
+
   it("escapes HTML from the model instead of rendering it", () => {
     expect(html('<img src=x onerror="alert(1)">')).toBe("<p>&lt;img src=x onerror=&quot;alert(1)&quot;&gt;</p>");
   });

@@ -43,7 +43,7 @@ describe("readTable", () => {
     expect(readTable(["| a |", "| --- | --- |"], 0, noBlock)).toBeNull();
     expect(readTable(["| a | b |"], 0, noBlock)).toBeNull();
     expect(readTable(["| a | b |", "| --- | --- |"], 0, noBlock)).toEqual({
-      table: { align: [null, null], header: ["a", "b"], rows: [] },
+      table: { align: [null, null], header: ["a", "b"], rows: [], columns: 2, rowCount: 0 },
       end: 2,
     });
   });

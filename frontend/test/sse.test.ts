@@ -90,4 +90,14 @@ describe("readEventStream", () => {
     await readEventStream(body, (e) => events.push(e));
     expect(JSON.parse(events[0].data)).toEqual({ text: "Gazebo – ü" });
   });
+
+  it("reads a long line sent in small chunks in time linear in its length (issue 34)", () => {
+    const parser = new SseParser();
+    const line = "data: " + "x".repeat(1 << 20) + "\n\n";
+    const start = performance.now();
+    const events: SseEvent[] = [];
+    for (let i = 0; i < line.length; i += 64) events.push(...parser.feed(line.slice(i, i + 64)));
+    expect(performance.now() - start).toBeLessThan(1_000); // scanning the line again per chunk: minutes
+    expect(events.map((e) => e.data.length)).toEqual([1 << 20]);
+  });
 });
