@@ -4,7 +4,8 @@ The worker that generates keeps the ``MessageStream`` (streaming.py) and mirrors
 into ``tc:events:{message_id}`` with the event's own sequence number as the entry id (``0-{seq}``), so
 ``XREAD`` after ``0-{Last-Event-ID}`` resumes exactly. Readers elsewhere refresh ``tc:listen:{id}`` so
 the owner's grace timer knows someone still listens; ``DELETE`` on any worker reaches the owner through
-the ``tc:cancel`` channel. Keys expire after ``STREAM_TTL_S``; Postgres replays finished answers after.
+the ``tc:cancel`` channel. Keys expire after ``STREAM_TTL_S``; Postgres replays finished answers after. A read
+whose Redis fails raises ``RelayUnavailable`` (chat/message_events.py falls back).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ LISTEN_TTL_MS = 5000
 READ_BLOCK_MS = 1000  # below the client's socket timeout (DB_TIMEOUT_S), so a block never looks like a hang
 CLOSE_WAIT_S = 2.0
 QUEUE_MAX = 200_000  # events waiting for Redis (5,000 answers of 40 events each); beyond it they are dropped
+
+
+class RelayUnavailable(Exception):
+    """Redis failed a relayed read twice in a row; the message says how (no traceback is worth logging)."""
 
 
 def events_key(message_id: str) -> str:
@@ -115,13 +120,16 @@ class RedisRelay:
         return _seq(entry_id), _field(fields, "e") in TERMINAL
 
     async def read(self, message_id: str, after: int) -> AsyncIterator[Event]:
-        """Events with id > ``after`` until a terminal one; heartbeats ``tc:listen`` meanwhile."""
+        """Events with id > ``after`` until a terminal one; heartbeats ``tc:listen`` meanwhile.
+
+        A command Redis fails is tried once more (after a restart the first goes out on a dead pooled
+        connection); a second failure raises ``RelayUnavailable``, after the events read so far.
+        """
         key = events_key(message_id)
         last_entry: Any = f"0-{after}"
         quiet_since = time.monotonic()
         while True:
-            await self.redis.set(listen_key(message_id), "1", px=LISTEN_TTL_MS)
-            answer: Any = await self.redis.xread({key: last_entry}, count=200, block=READ_BLOCK_MS)
+            answer = await self._read_once(message_id, key, last_entry)
             if not answer:
                 if time.monotonic() - quiet_since > STALL_LIMIT_S:
                     yield Event(after + 1, "error", _LOST)
@@ -134,6 +142,20 @@ class RedisRelay:
                 yield event
                 if event.event in TERMINAL:
                     return
+
+    async def _read_once(self, message_id: str, key: str, last_entry: Any) -> Any:
+        try:
+            return await self._listen_and_read(message_id, key, last_entry)
+        except (RedisError, OSError):
+            pass  # once more, on a fresh connection: the pool dropped the one that failed
+        try:
+            return await self._listen_and_read(message_id, key, last_entry)
+        except (RedisError, OSError) as exc:
+            raise RelayUnavailable(type(exc).__name__) from None
+
+    async def _listen_and_read(self, message_id: str, key: str, last_entry: Any) -> Any:
+        await self.redis.set(listen_key(message_id), "1", px=LISTEN_TTL_MS)
+        return await self.redis.xread({key: last_entry}, count=200, block=READ_BLOCK_MS)
 
     async def has_listener(self, message_id: str) -> bool:
         try:
