@@ -6,7 +6,9 @@ is uvicorn's httptools protocol with three additions, as nginx's ``client_header
 ``client_body_timeout`` and Node's ``headersTimeout`` do:
 
 - a request's headers must be whole ``header_timeout_s`` after its first byte (or after the connection opened),
-  else a JSON 408 and the socket is closed; more than ``MAX_HEAD_BYTES`` of unfinished head is a JSON 431;
+  else a JSON 408 and the socket is closed; more than ``MAX_HEAD_BYTES`` of unfinished head is a JSON 431
+  (counted in slices of ``SLICE_BYTES``, so pipelined requests in one read do not add up); at most about
+  ``MAX_QUEUED`` pipelined requests wait per connection, the rest of what it sent is parsed as they are answered;
 - its body must be whole ``body_timeout_s`` after the headers, else the socket is closed (the app sees the
   client gone, web/app.py answers 499);
 - one peer address may have ``max_pending_per_peer`` connections whose request is not whole yet; more get a
@@ -37,6 +39,8 @@ from textbook_chat.core.settings import Settings
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers; the app refuses more than 32 KiB of headers itself (431)
+SLICE_BYTES = 1024  # what is parsed at once: the error of the head count, and of the queue cap (~55 tiny GETs)
+MAX_QUEUED = 100  # pipelined requests waiting for their turn on one connection
 
 
 @dataclass
@@ -63,7 +67,7 @@ class SocketGuard:
 class GuardedProtocol(HttpToolsProtocol):
     # Slots, not the instance dict: four more keys there turn uvicorn's key-sharing dict (~300 bytes) into a
     # dict of its own (~1,600 bytes), on every connection, however long it stays open (bench/idle.py).
-    __slots__ = ("_guard", "_peer", "_deadline", "_head_bytes")
+    __slots__ = ("_guard", "_peer", "_deadline", "_head_bytes", "_held")
 
     def __init__(
         self,
@@ -79,6 +83,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._peer: str | None = None  # counted in guard.pending while set
         self._deadline: asyncio.TimerHandle | None = None
         self._head_bytes: int | None = None  # bytes of the unfinished head; None once the headers are whole
+        self._held = b""  # received, not parsed yet: MAX_QUEUED requests already wait (reading is paused)
 
     # -- the connection ----------------------------------------------------------------------------------
 
@@ -100,13 +105,36 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():  # refused (cap, deadline, too large): what follows is not read
             return
-        super().data_received(data)
-        if self._head_bytes is not None and not self.transport.is_closing():
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEAD_BYTES:
-                _count_closed("too_large")
-                message = f"The request head is larger than {MAX_HEAD_BYTES // 1024} KiB."
-                self._refuse(431, "request_headers_too_large", message)
+        if self._held:  # a read already under way when reading was paused: after what waits, in order
+            self._held += data
+            return
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
+        """``data`` through uvicorn's parser a slice at a time: only the slices ending inside a head count as head
+        bytes, and once ``MAX_QUEUED`` requests wait, the rest is held until one is answered."""
+        for start in range(0, len(data), SLICE_BYTES):
+            if len(self.pipeline) >= MAX_QUEUED:
+                self._held = data[start:]
+                self.flow.pause_reading()
+                return
+            piece = data[start : start + SLICE_BYTES]
+            super().data_received(piece)
+            if self.transport.is_closing():
+                return
+            if self._head_bytes is not None:
+                self._head_bytes += len(piece)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    _count_closed("too_large")
+                    message = f"The request head is larger than {MAX_HEAD_BYTES // 1024} KiB."
+                    self._refuse(431, "request_headers_too_large", message)
+                    return
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._held and not self.transport.is_closing() and len(self.pipeline) < MAX_QUEUED:
+            held, self._held = self._held, b""
+            self._parse(held)
 
     # -- parser callbacks ----------------------------------------------------------------------------------
 
