@@ -167,7 +167,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             "textbook_chat.web.app:create_app",
             factory=True,
             # Header and body read deadlines and a cap per peer on unfinished requests (web/sockets.py).
-            http=SocketGuard.from_settings(settings).protocol(),
+            http=SocketGuard.for_this_process(settings).protocol(),
             ws="none",  # no route is a WebSocket: an upgrade request is answered as plain HTTP
             host=args.host,
             port=args.port,

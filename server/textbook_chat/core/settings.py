@@ -102,8 +102,9 @@ class Settings:
     shutdown_grace_s: float = 20.0
     http_header_timeout_s: float = 15.0  # HTTP_HEADER_TIMEOUT_S: a request's headers must be whole within this
     http_body_timeout_s: float = 30.0  # HTTP_BODY_TIMEOUT_S: and its body within this after the headers
-    http_max_pending_per_client: int = 1000  # HTTP_MAX_PENDING_PER_CLIENT: connections of one peer address whose
-    # request is not whole yet (0: no cap); open streams do not count, so 5,000 streams from one proxy still fit
+    http_max_pending_per_client: int | None = None  # HTTP_MAX_PENDING_PER_CLIENT: connections of one peer address
+    # whose request is not whole yet (0: no cap; unset: sized from the open-file limit at start, at most 1,000);
+    # open streams do not count, so 5,000 streams from one proxy still fit
     metrics_dir: Path | None = None  # PROMETHEUS_MULTIPROC_DIR: every process of one server writes its metrics here
 
     @property
@@ -170,9 +171,7 @@ class Settings:
             shutdown_grace_s=r.number("SHUTDOWN_GRACE_S", float, cls.shutdown_grace_s, minimum=0),
             http_header_timeout_s=r.number("HTTP_HEADER_TIMEOUT_S", float, cls.http_header_timeout_s, minimum=0.001),
             http_body_timeout_s=r.number("HTTP_BODY_TIMEOUT_S", float, cls.http_body_timeout_s, minimum=0.001),
-            http_max_pending_per_client=r.number(
-                "HTTP_MAX_PENDING_PER_CLIENT", int, cls.http_max_pending_per_client, minimum=0
-            ),
+            http_max_pending_per_client=r.number("HTTP_MAX_PENDING_PER_CLIENT", int, None, minimum=0),
             metrics_dir=r.optional_path("PROMETHEUS_MULTIPROC_DIR"),
         )
         if settings.admin_token is not None and len(settings.admin_token.reveal()) < 16:
