@@ -66,7 +66,6 @@ def _prepare(args: argparse.Namespace, settings: Settings) -> None:
         print(f"textbook-chat: DATA_DIR is not set; data is kept in {settings.data_dir}", file=sys.stderr)
     if args.command in ("serve", "ingest"):
         os.umask(private.UMASK)
-        private.prepare_data_dir(settings.data_dir)
     tokens.configure_tiktoken_cache(settings.data_dir, files.tiktoken)
     if args.command != "migrate":  # every other command embeds or counts with MiniLM's tokenizer
         onnx_minilm.ensure_installed(lambda message: print(f"textbook-chat: {message}", file=sys.stderr))
@@ -156,6 +155,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from textbook_chat.store import embedded_db
     from textbook_chat.web.sockets import SocketGuard
 
+    private.prepare_data_dir(settings.data_dir)
+
     with _metrics_dir(settings, args.workers), embedded_db.database(settings) as settings:
         if settings.database_url:
             os.environ["DATABASE_URL"] = settings.database_url  # the app (and every worker) reads the environment
@@ -218,6 +219,7 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 
     if not args.path.is_dir():
         raise UsageError(f"{args.path}: no such folder")
+    private.prepare_data_dir(settings.data_dir)
     bars: list[tqdm] = []
 
     def progress(total: int) -> ingest.Progress:

@@ -21,8 +21,7 @@ from textbook_chat.chat.service import ChatService
 from textbook_chat.core.errors import DatabaseUnavailable
 from textbook_chat.store.rows import MessageRow
 from textbook_chat.streams import replay
-from textbook_chat.streams.events import STALL_LIMIT_S, TERMINAL, Event
-from textbook_chat.streams.relay import RelayUnavailable
+from textbook_chat.streams.events import STALL_LIMIT_S, TERMINAL, Event, RelayUnavailable
 
 log = logging.getLogger(__name__)
 

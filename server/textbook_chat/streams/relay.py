@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from textbook_chat.core import metrics
-from textbook_chat.streams.events import STALL_LIMIT_S, TERMINAL, Event
+from textbook_chat.streams.events import STALL_LIMIT_S, TERMINAL, Event, RelayUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,6 @@ LISTEN_TTL_MS = 5000
 READ_BLOCK_MS = 1000  # below the client's socket timeout (DB_TIMEOUT_S), so a block never looks like a hang
 CLOSE_WAIT_S = 2.0
 QUEUE_MAX = 200_000  # events waiting for Redis (5,000 answers of 40 events each); beyond it they are dropped
-
-
-class RelayUnavailable(Exception):
-    """Redis failed a relayed read twice in a row; the message says how (no traceback is worth logging)."""
 
 
 def events_key(message_id: str) -> str:
