@@ -160,6 +160,7 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         if self._held:  # a read already under way when reading was paused: after what waits, in order
             self._held += data
+            self.flow.pause_reading()
             return
         self._parse(data)
 
@@ -184,10 +185,14 @@ class GuardedProtocol(HttpToolsProtocol):
                     return
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if self._held and not self.transport.is_closing() and len(self.pipeline) < MAX_QUEUED:
+        super().on_response_complete()  # resumes reading
+        if not self._held or self.transport.is_closing():
+            return
+        if len(self.pipeline) < MAX_QUEUED:
             held, self._held = self._held, b""
-            self._parse(held)
+            self._parse(held)  # holds (and pauses) again if the queue fills up
+        else:
+            self.flow.pause_reading()
 
     # -- parser callbacks ----------------------------------------------------------------------------------
 
