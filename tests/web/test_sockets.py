@@ -20,7 +20,7 @@ from tests.sse_client import read_all
 from textbook_chat.core import metrics
 from textbook_chat.core.settings import Settings
 from textbook_chat.web.app import create_app
-from textbook_chat.web.sockets import MAX_HEAD_BYTES, SocketGuard
+from textbook_chat.web.sockets import MAX_HEAD_BYTES, MAX_QUEUED, SocketGuard
 
 QUESTION = "What does the Zero Moment Point tell a walking humanoid?"
 DEADLINE_S = 0.6
@@ -176,6 +176,22 @@ async def test_a_head_over_the_limit_is_a_json_431_before_it_is_whole(served: Se
         received = await asyncio.wait_for(reader.read(), timeout=5)
         writer.close()
     assert received.startswith(b"HTTP/1.1 431") and b"request_headers_too_large" in received
+
+
+async def test_132_kb_of_pipelined_small_requests_in_one_write_are_all_answered_in_order(served: Served) -> None:
+    """Each head is small; together they are twice MAX_HEAD_BYTES in one read (once a false 431), and more than
+    MAX_QUEUED at once (the rest is parsed as the queue drains, not all at once)."""
+    one = b"GET /health?pad=" + b"p" * 280 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    count = 132_000 // len(one) + 1
+    async with served(SocketGuard()) as url:
+        reader, writer = await _connect(url)
+        writer.write(one * (count - 1) + one.replace(b"Host: x", b"Host: x\r\nConnection: close"))
+        await writer.drain()
+        received = await asyncio.wait_for(reader.read(), timeout=60)
+        writer.close()
+    assert count * len(one) > 2 * MAX_HEAD_BYTES and count > MAX_QUEUED
+    assert received.count(b"HTTP/1.1 200 OK") == count, received[:300]
+    assert b"HTTP/1.1 431" not in received
 
 
 async def test_the_guard_adds_no_instance_dict_of_its_own_to_a_connection() -> None:

@@ -2,7 +2,7 @@
 
 Both yield ``Token``, ``GenNotice`` and one final ``Finished``. Third-party errors stop here: the OpenAI
 generator retries once on timeout/5xx, backs off on 429 honouring ``Retry-After``, then falls back to
-extraction with a notice (DESIGN.md "Generation"); callers never see an ``openai`` exception.
+extraction with a notice; callers never see an ``openai`` exception. The model's stream is bounded (``Bounds``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from textbook_chat.answer import prompts
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from textbook_chat.search.retrieval import Source
 
 __all__ = [
+    "Bounds",
     "ExtractiveGenerator",
     "Finished",
     "GenEvent",
@@ -82,7 +85,8 @@ def create_generator(settings: Settings, *, cross_encoder: CrossEncoder | None =
             limits=_limits(settings.llm_max_connections), timeout=settings.llm_timeout_s
         ),
     )
-    return OpenAIGenerator(client, model=settings.chat_model, fallback=extractive)
+    bounds = Bounds(max_chars=settings.llm_max_answer_chars, max_s=settings.llm_max_answer_s)
+    return OpenAIGenerator(client, model=settings.chat_model, fallback=extractive, bounds=bounds)
 
 
 def _limits(max_connections: int) -> Any:
@@ -118,6 +122,30 @@ def invalid_markers(text: str, valid: Collection[int]) -> list[int]:
 # -- the chat model ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """What one streamed answer may take, whatever the model sends (``max_tokens`` is only a request): its
+    characters, its time (checked at each chunk; each wait is the client's read timeout), one event-stream line,
+    and the bytes of the whole response (a model's chunk is ~50 bytes per character of text; 128 leaves room)."""
+
+    max_chars: int = 100_000
+    max_s: float = 300.0
+    max_line_bytes: int = 256 * 1024
+    bytes_per_char: int = 128
+
+    @property
+    def max_bytes(self) -> int:
+        return self.max_chars * self.bytes_per_char + self.max_line_bytes
+
+
+class _Overrun(Exception):
+    """The model's stream passed one of its ``Bounds``: ``what`` names it."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
 class _Retryable(Exception):
     """One failed attempt; ``delay`` seconds before the next, ``notice`` for the reader."""
 
@@ -138,12 +166,14 @@ class OpenAIGenerator:
         fallback: ExtractiveGenerator,
         counter: TokenCounter | None = None,
         retries: int = 1,
+        bounds: Bounds | None = None,
     ) -> None:
         self._client = client
         self.model = model
         self._fallback = fallback
         self._counter = counter or counter_for_model(model)
         self._retries = retries
+        self._bounds = bounds or Bounds()
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -161,9 +191,10 @@ class OpenAIGenerator:
             counter=self._counter,
         )
         emitted: list[str] = []
+        deadline = time.monotonic() + self._bounds.max_s
         for attempt in range(self._retries + 1):
             try:
-                async for event in self._attempt(messages, emitted):
+                async for event in self._attempt(messages, emitted, deadline):
                     yield event
                 return
             except _Retryable as failure:
@@ -184,7 +215,9 @@ class OpenAIGenerator:
         async for event in self._extract(request):
             yield event
 
-    async def _attempt(self, messages: list[dict[str, str]], emitted: list[str]) -> AsyncIterator[GenEvent]:
+    async def _attempt(
+        self, messages: list[dict[str, str]], emitted: list[str], deadline: float
+    ) -> AsyncIterator[GenEvent]:
         import openai
 
         async with contextlib.AsyncExitStack() as stack:
@@ -211,8 +244,9 @@ class OpenAIGenerator:
             finish: FinishReason = "stop"
             usage: Usage | None = None
             text = ModelText()  # what the model sends is untrusted input too (core/text.py, issue 25)
+            room = self._bounds.max_chars - sum(map(len, emitted))
             try:
-                async for chunk in _chunks(response.iter_bytes()):
+                async for chunk in _chunks(response.iter_bytes(), self._bounds, deadline):
                     if chunk.get("error"):
                         raise _Retryable("stream broke: error event", 0.2)
                     if chunk.get("usage"):
@@ -223,7 +257,13 @@ class OpenAIGenerator:
                             if not isinstance(content, str):
                                 raise TypeError(f"content is {type(content).__name__}")
                             piece = text.feed(content)
+                            if len(piece) > room:
+                                if room:
+                                    emitted.append(piece[:room])
+                                    yield Token(piece[:room])
+                                raise _Overrun("answer length")
                             if piece:
+                                room -= len(piece)
                                 emitted.append(piece)
                                 yield Token(piece)
                         if choice.get("finish_reason") == "length":
@@ -234,6 +274,11 @@ class OpenAIGenerator:
                     yield Token(rest)
             except _Retryable:
                 raise
+            except _Overrun as over:
+                if not emitted:  # nothing to end: answer from the book, and do not ask this model again
+                    raise _Retryable(f"stream unbounded: {over.what}", math.inf) from over
+                log.warning("chat model stream passed its bound (%s); the answer ends as length", over.what)
+                finish, usage = "length", None
             except (openai.APIError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 # Malformed chunks; timeouts between chunks and dropped connections come as httpx2's errors.
                 raise _Retryable(f"stream broke: {type(exc).__name__}", 0.2) from exc
@@ -244,7 +289,12 @@ class OpenAIGenerator:
             # Leaving the block closes the response: a cancelled generation closes the upstream request at once.
         if usage is None:
             prompt = sum(self._counter.count(m["content"]) for m in messages)
-            usage = Usage(prompt, self._counter.count("".join(emitted)))
+            answer = "".join(emitted)
+            # A long answer (one cut at its bound: up to 100,000 characters, 0.1-0.3 s for the tokenizer) is
+            # counted off the event loop; the tokenizers let go of the GIL while they work.
+            count = self._counter.count
+            completion = await asyncio.to_thread(count, answer) if len(answer) > 20_000 else count(answer)
+            usage = Usage(prompt, completion)
         yield Finished(finish, usage, self.model)
 
     async def _extract(self, request: GenerationRequest, prefix: str = "") -> AsyncIterator[GenEvent]:
@@ -265,31 +315,53 @@ _NOTICE_FALLBACK = (
 _NOTICE_MIDWAY = "The AI model stopped mid-answer; the rest quotes the most relevant passages of the book."
 
 
-async def _chunks(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+async def _chunks(body: AsyncIterator[bytes], bounds: Bounds, deadline: float) -> AsyncIterator[dict[str, Any]]:
     """The JSON objects of an OpenAI event stream, up to ``[DONE]`` (the rest is read, for connection reuse).
 
     Lines split at LF (a trailing CR dropped), so no character inside the JSON can split one; a body that
-    breaks off raises httpx2's error, as with the SDK's own parser.
+    breaks off raises httpx2's error, as with the SDK's own parser. Linear in the bytes received: each byte is
+    searched once and an unfinished line is only appended to; past a bound (a line or an event longer than
+    ``max_line_bytes``, a body over ``max_bytes``, the ``deadline``) it raises ``_Overrun``.
     """
-    pending = b""
+    pending = bytearray()  # the unfinished line
     data: list[bytes] = []
+    held = 0  # bytes in ``data``
+    received = 0
     finished = False
     async for piece in body:
+        received += len(piece)
+        if received > bounds.max_bytes:
+            raise _Overrun("response size")
+        if time.monotonic() > deadline:
+            raise _Overrun("answer time")
         if finished:
             continue
-        lines = (pending + piece).split(b"\n")
-        pending = lines.pop()
-        for line in lines:
+        start = 0
+        while (end := piece.find(b"\n", start)) >= 0:
+            if pending:
+                pending += piece[start:end]
+                line, pending = bytes(pending), bytearray()
+            else:
+                line = piece[start:end]
+            start = end + 1
             line = line.removesuffix(b"\r")
             if line.startswith(b"data:"):
-                data.append(line[6:] if line[5:6] == b" " else line[5:])
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                held += len(value)
+                if held > bounds.max_line_bytes:
+                    raise _Overrun("event length")
+                data.append(value)
             elif not line and data:
                 payload = b"\n".join(data)
-                data = []
+                data, held = [], 0
                 if payload == b"[DONE]":
                     finished = True
                     break
                 yield json.loads(payload)
+        if not finished:
+            if len(pending) + len(piece) - start > bounds.max_line_bytes:
+                raise _Overrun("line length")
+            pending += piece[start:]
 
 
 def _usage(value: Any) -> Usage | None:

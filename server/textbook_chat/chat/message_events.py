@@ -1,12 +1,16 @@
 """A message's events for a reader: live on this worker, relayed from another (Redis), or replayed from Postgres.
 
 The writing side is chat.py (a generation task publishes into a ``MessageStream``); this is every way of
-reading one back, for ``POST /api/chat``'s own response, a reconnect, and the 204 rule after ``done``.
+reading one back, for ``POST /api/chat``'s own response, a reconnect, and the 204 rule after ``done``. A relayed
+read whose Redis fails waits for Redis or the stored answer, else ends with a retryable ``error``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -17,7 +21,7 @@ from textbook_chat.chat.service import ChatService
 from textbook_chat.core.errors import DatabaseUnavailable
 from textbook_chat.store.rows import MessageRow
 from textbook_chat.streams import replay
-from textbook_chat.streams.events import STALL_LIMIT_S, Event
+from textbook_chat.streams.events import STALL_LIMIT_S, TERMINAL, Event, RelayUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +30,12 @@ async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> As
     """A message's events after ``after``: live (this worker or, with Redis, another), else replayed from Postgres."""
     live = await chat.registry.events(str(message_id), after)
     if live is not None:
-        return live
+        relayed = chat.registry.relay is not None and chat.registry.get(str(message_id)) is None
+        return _outlasting_redis(chat, message_id, after, live) if relayed else live
     stored = await _stored_events(chat, message_id)
     if stored == "starting":
         assert chat.registry.relay is not None
-        return chat.registry.relay.read(str(message_id), after)
+        return _outlasting_redis(chat, message_id, after, chat.registry.relay.read(str(message_id), after))
     return None if stored is None else _iterate([e for e in stored if e.id > after])
 
 
@@ -93,6 +98,102 @@ def _may_be_starting(message: MessageRow) -> bool:
     """
     age = datetime.now(UTC) - message.created_at
     return message.status == "streaming" and age < timedelta(seconds=STALL_LIMIT_S)
+
+
+OUTAGE_WAIT_S = 15.0  # how long a relayed reader waits for Redis or the stored answer before its `error`
+OUTAGE_POLL_S = 0.5
+
+
+class _OutageLog:
+    """One line for an outage, not one per reader: at most every ``every_s``, with the reads not logged."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s = every_s
+        self.logged_at = -math.inf
+        self.unlogged = 0
+
+    def note(self, why: str) -> None:
+        now = time.monotonic()
+        if now - self.logged_at < self.every_s:
+            self.unlogged += 1
+            return
+        log.warning(
+            "Redis failed a relayed read (%s; %d more since the last line); waiting for it or the stored answer",
+            why,
+            self.unlogged,
+        )
+        self.logged_at, self.unlogged = now, 0
+
+
+_outages = _OutageLog()
+
+
+async def _outlasting_redis(
+    chat: ChatService, message_id: uuid.UUID, after: int, events: AsyncIterator[Event]
+) -> AsyncIterator[Event]:
+    """``events`` (relayed through Redis, or this worker's own), ending with exactly one terminal event even when
+    Redis fails mid-read: the read goes on once Redis answers again, or the stored answer ends it once its worker
+    has written it (the rest of its text, then its ``done``), else a retryable ``error`` after ``OUTAGE_WAIT_S``."""
+    relay = chat.registry.relay
+    assert relay is not None
+    last = after
+    sent: list[str] | None = [] if after == 0 else None  # the text the reader has, when this read knows all of it
+    while True:
+        try:
+            async for event in events:
+                last = event.id
+                if sent is not None and event.event == "token":
+                    sent.append(str(event.data.get("text", "")))
+                yield event
+                if event.event in TERMINAL:
+                    return
+            return
+        except RelayUnavailable as exc:
+            _outages.note(str(exc))
+        give_up = time.monotonic() + OUTAGE_WAIT_S
+        while True:
+            ending = await _stored_ending(chat, message_id, last, sent)
+            if ending is not None:
+                for event in ending:
+                    yield event
+                return
+            if time.monotonic() > give_up:
+                yield Event(last + 1, "error", _RELAY_LOST)
+                return
+            await asyncio.sleep(OUTAGE_POLL_S)
+            if await relay.exists(str(message_id)):
+                break  # Redis answers again: read on from the last event the reader has
+        events = relay.read(str(message_id), last)
+
+
+async def _stored_ending(
+    chat: ChatService, message_id: uuid.UUID, last: int, sent: list[str] | None
+) -> list[Event] | None:
+    """The rest of a finished stored answer after what the reader has (``sent``), numbered on from ``last``;
+    None while it is not stored yet, or when what the reader has is not known (a resumed read)."""
+    if chat.store is None or sent is None:
+        return None
+    try:
+        message = await chat.store.get_message(message_id)
+    except DatabaseUnavailable:
+        return None
+    if message is None or message.status == "streaming":
+        return None
+    have = "".join(sent)
+    if not message.content.startswith(have):
+        return None
+    terminal = replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))[-1]
+    rest = (
+        [Event(last + 1, "token", {"text": message.content[len(have) :]})] if len(message.content) > len(have) else []
+    )
+    return [*rest, Event(last + 1 + len(rest), terminal.event, terminal.data)]
+
+
+_RELAY_LOST = {
+    "code": "relay_unavailable",
+    "message": "The answer could not be followed from this server for a moment. Reconnecting continues it.",
+    "retryable": True,
+}
 
 
 async def _iterate(items: list[Event]) -> AsyncIterator[Event]:

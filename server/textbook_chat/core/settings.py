@@ -82,7 +82,9 @@ class Settings:
     faq_path: Path = Path("faq/faq.json")
     book_path: Path | None = None
     book_watch_s: float = 5.0  # serve --book: how often to look for a changed book (0: only on SIGHUP)
-    llm_timeout_s: float = 20.0
+    llm_timeout_s: float = 20.0  # LLM_TIMEOUT_S: per read (connect, first byte, between two chunks)
+    llm_max_answer_chars: int = 100_000  # LLM_MAX_ANSWER_CHARS: past this the model's answer ends as `length`
+    llm_max_answer_s: float = 300.0  # LLM_MAX_ANSWER_S: the whole streamed answer; then it ends as `length`
     db_timeout_s: float = 2.0
     db_pool_size: int = 20  # DB_POOL_SIZE: connections per process
     db_queue_timeout_s: float = 10.0  # DB_QUEUE_TIMEOUT_S: how long a query waits for a free connection in a burst
@@ -100,8 +102,9 @@ class Settings:
     shutdown_grace_s: float = 20.0
     http_header_timeout_s: float = 15.0  # HTTP_HEADER_TIMEOUT_S: a request's headers must be whole within this
     http_body_timeout_s: float = 30.0  # HTTP_BODY_TIMEOUT_S: and its body within this after the headers
-    http_max_pending_per_client: int = 1000  # HTTP_MAX_PENDING_PER_CLIENT: connections of one peer address whose
-    # request is not whole yet (0: no cap); open streams do not count, so 5,000 streams from one proxy still fit
+    http_max_pending_per_client: int | None = None  # HTTP_MAX_PENDING_PER_CLIENT: connections of one peer address
+    # whose request is not whole yet (0: no cap; unset: sized from the open-file limit at start, at most 1,000);
+    # open streams do not count, so 5,000 streams from one proxy still fit
     metrics_dir: Path | None = None  # PROMETHEUS_MULTIPROC_DIR: every process of one server writes its metrics here
 
     @property
@@ -149,6 +152,8 @@ class Settings:
             book_path=r.optional_path("BOOK_PATH"),
             book_watch_s=r.number("BOOK_WATCH_S", float, cls.book_watch_s, minimum=0.0),
             llm_timeout_s=r.number("LLM_TIMEOUT_S", float, cls.llm_timeout_s, minimum=0.001),
+            llm_max_answer_chars=r.number("LLM_MAX_ANSWER_CHARS", int, cls.llm_max_answer_chars, minimum=100),
+            llm_max_answer_s=r.number("LLM_MAX_ANSWER_S", float, cls.llm_max_answer_s, minimum=0.001),
             db_timeout_s=r.number("DB_TIMEOUT_S", float, cls.db_timeout_s, minimum=0.001),
             db_pool_size=r.number("DB_POOL_SIZE", int, cls.db_pool_size, minimum=2),
             db_queue_timeout_s=r.number("DB_QUEUE_TIMEOUT_S", float, cls.db_queue_timeout_s, minimum=0.001),
@@ -166,9 +171,7 @@ class Settings:
             shutdown_grace_s=r.number("SHUTDOWN_GRACE_S", float, cls.shutdown_grace_s, minimum=0),
             http_header_timeout_s=r.number("HTTP_HEADER_TIMEOUT_S", float, cls.http_header_timeout_s, minimum=0.001),
             http_body_timeout_s=r.number("HTTP_BODY_TIMEOUT_S", float, cls.http_body_timeout_s, minimum=0.001),
-            http_max_pending_per_client=r.number(
-                "HTTP_MAX_PENDING_PER_CLIENT", int, cls.http_max_pending_per_client, minimum=0
-            ),
+            http_max_pending_per_client=r.number("HTTP_MAX_PENDING_PER_CLIENT", int, None, minimum=0),
             metrics_dir=r.optional_path("PROMETHEUS_MULTIPROC_DIR"),
         )
         if settings.admin_token is not None and len(settings.admin_token.reveal()) < 16:

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import qdrant_edge as edge
 
+from textbook_chat.core import private
 from textbook_chat.index.engine import DENSE, SPARSE, EngineError, IndexLocked, Scored
 from textbook_chat.index.sparse import Sparse
 
@@ -66,7 +67,7 @@ class EdgeCollection:
 
     def _lock(self) -> None:
         """One opener per index, before a shard exists too (two ingests at once), as Edge's WAL lock does after."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private.own_dir(self.path.parent)
         self._lock_file = (self.path.parent / f"{self.path.name}.lock").open("a")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -117,7 +118,7 @@ class EdgeCollection:
             sparse_vectors={SPARSE: edge.EdgeSparseVectorParams(modifier=edge.Modifier.Idf)},
         )
         await self.drop()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private.own_dir(self.path.parent)
         try:
             self._shard = edge.EdgeShard.create(str(self.path), config)
         except Exception as exc:
@@ -147,9 +148,9 @@ class EdgeCollection:
         return dict(data) if isinstance(data, dict) else {}
 
     async def write_metadata(self, metadata: dict[str, Any]) -> None:
-        self.meta_path.parent.mkdir(parents=True, exist_ok=True)
+        private.own_dir(self.meta_path.parent)
         tmp = self.meta_path.with_suffix(".json.tmp")
-        with tmp.open("w", encoding="utf-8") as out:
+        with private.open_private(tmp) as out:
             json.dump(metadata, out, indent=2, sort_keys=True)
             out.flush()
             os.fsync(out.fileno())

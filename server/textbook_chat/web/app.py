@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import errno
 import gc
 import logging
 import os
@@ -247,14 +248,37 @@ CLIENT_CLOSED_REQUEST = 499
 async def _unhandled_error(request: Request, exc: Exception) -> Response:
     # Starlette's ServerErrorMiddleware calls this for anything unhandled; only here is a traceback logged.
     request_id = request.scope.get("request_id")  # our middleware has already reset the context variable
-    log.error(
-        "unhandled error on %s %s", request.method, request.url.path, exc_info=exc, extra={"request_id": request_id}
-    )
-    response = error_response(500, "internal_error", "Something went wrong on our side. Please try again.")
+    if _out_of_files(exc):
+        # The process is at its open-file limit (web/sockets.py keeps a reserve; this is past it): busy, not broken.
+        log.warning("out of open files on %s %s: answered 503", request.method, request.url.path)
+        response = error_response(
+            503, "server_busy", "The server is at its limit of open connections; try again in a few seconds."
+        )
+        response.headers["Retry-After"] = "5"
+    else:
+        log.error(
+            "unhandled error on %s %s",
+            request.method,
+            request.url.path,
+            exc_info=exc,
+            extra={"request_id": request_id},
+        )
+        response = error_response(500, "internal_error", "Something went wrong on our side. Please try again.")
     if request_id:
         # ServerErrorMiddleware sits outside our middleware, so the header has to be set here too.
         response.headers["X-Request-ID"] = request_id
     return response
+
+
+def _out_of_files(exc: BaseException | None) -> bool:
+    """``exc``, or what caused it, is EMFILE/ENFILE ("Too many open files", for this process or the system)."""
+    for _ in range(10):
+        if exc is None:
+            return False
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class RequestIdMiddleware:

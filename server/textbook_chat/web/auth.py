@@ -86,6 +86,11 @@ class Authenticator:
             raise Unauthorized("The sign-in token was not issued for this server.", code="invalid_token") from None
         except jwt.InvalidTokenError:
             raise Unauthorized("The sign-in token is not valid.", code="invalid_token") from None
+        # PyJWT takes a numeric string for a time (it calls int() on it); RFC 7519 says a number, and so do we.
+        for name in ("exp", "nbf", "iat"):
+            value = claims.get(name)
+            if (value is not None or name == "exp") and (type(value) not in (int, float) or value != value):
+                raise Unauthorized(f"The sign-in token's '{name}' is not a number.", code="invalid_token")
         # A token valid for centuries is a leaked credential that cannot be revoked: AUTH_JWT_MAX_LIFETIME_DAYS.
         if claims["exp"] - time.time() > self._max_lifetime_s + LEEWAY_S:
             raise Unauthorized("The sign-in token expires too far ahead; sign in again.", code="invalid_token")
