@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from textbook_chat.core import metrics
+from textbook_chat.core import metrics, rarity
 from textbook_chat.core.errors import RetrievalUnavailable
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
@@ -172,7 +172,9 @@ class Retriever:
         return evidence, [s.passage for s in _sources(kept)]
 
     async def warm(self) -> None:
-        """Load the embedder (and the second opinion's model) and touch the index now, not on the first question."""
+        """Load the embedder, the English word list and the second opinion's model, and touch the index now, not on
+        the first question."""
+        rarity.load()
         dense = await self.embedder.embed_query("warm up")
         if await self.index.exists():
             await self._search(dense, Query("warm up"), None)
