@@ -24,6 +24,7 @@ pytestmark = pytest.mark.skipif(not rarity.available(), reason="wordfreq==3.1.1 
         ("gait", False),
         ("teacher", False),
         ("atla", False),  # "atlas" as the keyword side folds its plural
+        ("shouldn", False),  # "shouldn't" as the keyword side splits it
     ],
 )
 def test_tool_names_are_rare_and_everyday_words_are_not(word: str, rare: bool) -> None:

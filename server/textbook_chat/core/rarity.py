@@ -111,6 +111,8 @@ def zipf(word: str, forms: Sequence[str] = ()) -> float | None:
     if table is None:
         return None
     written = (word + "s", word[:-1] + "ies") if word.endswith("y") else (word + "s",)
+    if word.endswith("n"):  # the keyword side splits a contraction: "shouldn't" -> "shouldn"
+        written = (*written, word + "'t")
     return max(table.get(form, 0.0) for form in (word, *written, *forms))
 
 
