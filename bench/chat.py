@@ -75,7 +75,7 @@ def question(case: int) -> str:
 
 def case_of(prompt: str) -> int | None:
     """The case number of the question inside ``prompt`` (the inverse of ``question``): the last one asked."""
-    last: tuple[int, int, list[int]] | None = None
+    last: tuple[int, int, list[int]] | None = None  # (where, which question, its gaps)
     for index, base in enumerate(QUESTIONS):
         pattern = r"( +)".join(re.escape(w) for w in base.split())
         for found in re.finditer(pattern, prompt):
@@ -84,7 +84,8 @@ def case_of(prompt: str) -> int | None:
     if last is None:
         return None
     _, index, gaps = last
-    return index + len(QUESTIONS) * sum(g * _SPACES**n for n, g in enumerate(gaps))
+    number: int = sum(g * _SPACES**n for n, g in enumerate(gaps))
+    return index + len(QUESTIONS) * number
 
 
 use_questions()

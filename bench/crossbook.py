@@ -111,11 +111,11 @@ async def measure(books: list[tuple[Book, Path]], clients: int) -> list[Figure]:
                 changed = f"-{f.second_opinion_declined}/+{f.second_opinion_answered}"
                 asked = [o for o in outcomes if o.kind != "selection"]
                 read = f"{f.second_opinion_asked / max(1, len(asked)):.2f}"
-                timings = _p50_p90([o.retrieval_ms for o in asked])
-                opinion = _p50_p90([o.opinion_ms for o in asked if o.second_opinion is not None])
+                spent = _p50_p90([o.retrieval_ms for o in asked])
+                judged = _p50_p90([o.opinion_ms for o in asked if o.second_opinion is not None])
                 print(
                     f"{book:<7} {name:<32} {way:<17} {cells[0]:>6} {cells[1]:>6} {cells[2]:>6} {cells[3]:>9} "
-                    f"{cells[4]:>8} {read:>6} {changed:>8} {timings:>21} {opinion:>19}"
+                    f"{cells[4]:>8} {read:>6} {changed:>8} {spent:>21} {judged:>19}"
                 )
                 label = f"{book} {name} ({way})"
                 if f.out_of_scope:

@@ -134,7 +134,11 @@ def _as_figures(rounds: list[dict[str, dict[str, float]]]) -> list[Figure]:
     p99, p99_relay = pair("ttft_p99_ms")
     rate, rate_relay = pair("answers_per_s_50")
     rss, rss_relay = pair("rss_start_mb")
+    cpu, cpu_relay = pair("cpu_ms_per_answer_50")
+    share = median("server", "second_opinion_share")
     return [
+        Figure("side by side: server CPU per answer, 50 clients", cpu, "ms", round(cpu_relay, 1), ceiling=cpu_relay),
+        Figure("side by side: questions the second opinion read, 1 client", share, "share"),
         Figure(
             "side by side: first token p50, 1 client", first, "ms", round(2.0 * first_relay, 2), ceiling=first_relay
         ),
@@ -154,7 +158,8 @@ def _print_round(n: int, ours: dict[str, float], theirs: dict[str, float]) -> No
     ratios = _ratios(ours, theirs)
     print(f"round {n + 1}:")
     for key in ours:
-        print(f"  {key:<18} server {ours[key]:8.1f}  relay {theirs[key]:8.1f}  ratio {ratios[key]:5.2f}x")
+        ratio = f"{ratios[key]:5.2f}x" if key in ratios else "    -"
+        print(f"  {key:<20} server {ours[key]:8.3f}  relay {theirs[key]:8.3f}  ratio {ratio}")
     sys.stdout.flush()
 
 
@@ -163,8 +168,9 @@ def _print_summary(rounds: list[dict[str, dict[str, float]]]) -> None:
     for key in rounds[0]["server"]:
         ours = statistics.median(r["server"][key] for r in rounds)
         theirs = statistics.median(r["relay"][key] for r in rounds)
-        ratio = statistics.median(_ratios(r["server"], r["relay"])[key] for r in rounds)
-        print(f"  {key:<18} server {ours:8.1f}  relay {theirs:8.1f}  ratio {ratio:5.2f}x")
+        found = [_ratios(r["server"], r["relay"]).get(key) for r in rounds]
+        ratio = f"{statistics.median(x for x in found if x is not None):5.2f}x" if None not in found else "    -"
+        print(f"  {key:<20} server {ours:8.3f}  relay {theirs:8.3f}  ratio {ratio}")
 
 
 def main() -> None:
