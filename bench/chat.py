@@ -1,11 +1,13 @@
 """Chat latency and throughput (issue 10): server-added time to first token, CPU per answer, tokens relayed/s.
 
-    .venv/bin/python -m bench.chat [--json PATH] [--data-dir DIR] [--quick]
+    .venv/bin/python -m bench.chat [--json PATH] [--data-dir DIR] [--book DIR] [--questions-file PATH] [--quick]
 
 The server runs as its own process (``python -m textbook_chat serve``: uvicorn, one worker) on a scratch Postgres
-database with the demo book's index; the fake model (tests/fake_openai.py) and the clients (raw asyncio
-sockets) share this process. "Server-added" time is the client's time to the first token minus the model's
-own (request received to first chunk sent, timed at the fake model), so it is everything but the model.
+database with a book's index (the shared book's by default), asked that book's real questions (``--questions-file``;
+the share of them the second opinion read is reported from the server's ``/metrics``); the fake model
+(tests/fake_openai.py) and the clients (raw asyncio sockets) share this process. "Server-added" time is the
+client's time to the first token minus the model's own (request received to first chunk sent, timed at the fake
+model), so it is everything but the model.
 """
 
 from __future__ import annotations
@@ -34,54 +36,59 @@ from alembic import command
 
 from bench import ceiling
 from bench.figures import Figure, percentile, table, write
-from tests.conftest import DEMO_BOOK, alembic_config, create_database, drop_database
+from tests.conftest import DEMO_BOOK, SHARED_BOOK, alembic_config, create_database, drop_database
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import serving
 
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-QUESTIONS = [
-    "What does the Zero Moment Point tell a walking humanoid?",
-    "How does a humanoid keep its balance?",
-    "What is the difference between a ROS 2 service and an action?",
-    "How do I publish and subscribe to a topic in ROS 2?",
-    "What does inverse kinematics compute?",
-    "Why do robots trained in simulation fail in the real world?",
-    "What is a vision-language-action model?",
-    "How does a PID controller correct an error?",
-    "What does tf2 keep track of?",
-    "Why use a teacher-student scheme for locomotion policies?",
-]
+QUESTIONS: list[str] = []  # the question set's (``use_questions``), asked in turn
+QUESTION_SET = SHARED_BOOK / "questions.jsonl"  # what readers of the shared book ask (every kind but selection)
+_SPACES = 3  # each gap between a question's words holds 1..3 spaces: a digit of the case number in base 3
 TURNS_PER_CONVERSATION = 4  # then the reader starts a new conversation (a new session)
-CASE_BITS = 14  # each question comes in 2**14 capitalisations, one per case number
 _META = re.compile(rb"event: meta\r?\ndata: (\{.*?\})\r?\n")
 _DONE = re.compile(rb"event: done\r?\ndata: (\{.*?\})\r?\n")
 
 
-def question(case: int) -> str:
-    """The question for ``case``: the case number is spelled in the capitalisation of its first letters.
+def use_questions(path: Path = QUESTION_SET) -> list[str]:
+    """Ask the questions of a question set (``questions.jsonl`` format): every kind but selection, in file order."""
+    from textbook_chat.search import evaluate
 
-    The embedder is uncased and keyword terms are lowercased, so retrieval is the same for every case
-    (a tag such as "(case 17)" would change it), while the fake model can still tell the requests apart.
-    """
-    text = list(QUESTIONS[case % len(QUESTIONS)].lower())
-    letters = [i for i, c in enumerate(text) if c.isalpha()][:CASE_BITS]
-    for bit, i in enumerate(letters):
-        if (case // len(QUESTIONS)) >> bit & 1:
-            text[i] = text[i].upper()
-    return "".join(text)
+    QUESTIONS[:] = [q.question for q in evaluate.load_questions(path) if q.kind != "selection"]
+    return QUESTIONS
+
+
+def question(case: int) -> str:
+    """The question for ``case``: the case number is spelled in the spaces between its words.
+
+    Neither the embedder nor the keyword terms nor the names rule see spaces, so retrieval is the same for every
+    case (letters and capitals are the reader's, as the names rule must see them), while the fake model can
+    still tell the requests apart."""
+    words = QUESTIONS[case % len(QUESTIONS)].split()
+    number = case // len(QUESTIONS)
+    text = words[0]
+    for word in words[1:]:
+        text += " " * (1 + number % _SPACES) + word
+        number //= _SPACES
+    return text
 
 
 def case_of(prompt: str) -> int | None:
-    """The case number of the question inside ``prompt`` (the inverse of ``question``)."""
-    lowered = prompt.lower()
+    """The case number of the question inside ``prompt`` (the inverse of ``question``): the last one asked."""
+    last: tuple[int, int, list[int]] | None = None  # (where, which question, its gaps)
     for index, base in enumerate(QUESTIONS):
-        at = lowered.rfind(base.lower())
-        if at >= 0:
-            asked = prompt[at : at + len(base)]
-            letters = [c for c in asked if c.isalpha()][:CASE_BITS]
-            return index + len(QUESTIONS) * sum(1 << bit for bit, c in enumerate(letters) if c.isupper())
-    return None
+        pattern = r"( +)".join(re.escape(w) for w in base.split())
+        for found in re.finditer(pattern, prompt):
+            if last is None or found.start() > last[0]:
+                last = (found.start(), index, [len(g) - 1 for g in found.groups()])
+    if last is None:
+        return None
+    _, index, gaps = last
+    number: int = sum(g * _SPACES**n for n, g in enumerate(gaps))
+    return index + len(QUESTIONS) * number
+
+
+use_questions()
 
 
 def answer_text(n_tokens: int) -> str:
@@ -249,17 +256,39 @@ def scratch_database() -> Iterator[str]:
         drop_database(url)
 
 
-async def demo_index(data_dir: Path) -> None:
-    """The demo book's embedded index in ``data_dir`` (ingested unless it is already there)."""
+async def demo_index(data_dir: Path, book: Path = DEMO_BOOK) -> None:
+    """The embedded index of ``book`` (the demo book's by default) in ``data_dir``, ingested and self-calibrated as
+    the ``ingest`` command does, unless it is already there."""
     from textbook_chat.core.settings import Settings
     from textbook_chat.index import ingest
+    from textbook_chat.search import calibration
+    from textbook_chat.search.retrieval import Retriever
+    from textbook_chat.search.second_opinion import SecondOpinion
     from textbook_chat.web.services import open_services
 
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_LEVEL": "warning"})
     async with open_services(settings, retrieval=True) as services:
         assert services.index is not None and services.embedder is not None
         if not await services.index.exists():
-            await ingest.run(DEMO_BOOK, services.index, services.embedder, base_url=settings.book_base_url)
+            report = await ingest.run(book, services.index, services.embedder, base_url=settings.book_base_url)
+            opinion = SecondOpinion.load()
+            try:
+                retriever = Retriever(services.index, services.embedder, second_opinion=opinion)
+                await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
+            finally:
+                opinion.close()
+
+
+async def second_opinions(server: ServerProcess) -> float:
+    """How many questions the server's cross-encoder has read so far (its ``/metrics``)."""
+    status, body = await get(server.address, "/metrics")
+    if status != 200:
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in body.decode().splitlines()
+        if line.startswith("textbook_second_opinions_total{")
+    )
 
 
 # -- the client: raw sockets, no HTTP library in the measured path ------------------------------------
@@ -440,7 +469,10 @@ def summary(values: list[float]) -> str:
 
 async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
     quick = args.quick
-    await demo_index(data_dir)
+    print(
+        f"{len(use_questions(args.questions_file))} questions from {args.questions_file}, on the index of {args.book}"
+    )
+    await demo_index(data_dir, args.book)
     fake = FakeOpenAI()
     model = TimedModel(fake)
     cases = Cases()
@@ -455,11 +487,15 @@ async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
                 fake.default = ok(answer_text(100))
                 await conversations(server, cases, clients=2, turns=5, seconds=None, path="/api/chat")
 
+                read_before = await second_opinions(server)
                 single = await conversations(
                     server, cases, clients=1, turns=30 if quick else 120, seconds=None, path="/api/chat"
                 )
+                share = (await second_opinions(server) - read_before) / max(1, len(single.answers))
                 one = single.server_added_ms(model)
                 print(f"server-added time to first token, 1 client, instant model:    {summary(one)} ms")
+                print(f"  questions the second opinion read: {share:.1%}")
+                figures.append(Figure("chat: questions the second opinion read, 1 client", share, "share"))
                 figures.append(Figure("chat: server-added TTFT p50, 1 client", percentile(one, 50), "ms", 40))
                 figures.append(Figure("chat: server-added TTFT p99, 1 client", percentile(one, 99), "ms"))
 
@@ -568,7 +604,11 @@ async def _wait_until_up(server: ServerProcess) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here (bench/figures.py)")
-    parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the demo index")
+    parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the book's index")
+    parser.add_argument("--book", type=Path, default=SHARED_BOOK, help="the book served (default: the shared book)")
+    parser.add_argument(
+        "--questions-file", type=Path, default=QUESTION_SET, help="the question set asked (questions.jsonl format)"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     parser.add_argument("--profile", type=Path, default=None, help="record the server with py-spy (collapsed stacks)")
     args = parser.parse_args()

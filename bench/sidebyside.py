@@ -5,9 +5,12 @@
 Both servers run on CPU 0 (``taskset -c 0``), one after the other; the fake model (tests/fake_openai.py) and
 the clients (raw sockets) run in this process on CPU 1. The same fake model answers both, instantly, with
 ``--tokens`` tokens (200, as bench/chat.py's throughput figure). Per round and per server: RSS once up
-(before any question), first token (client-observed) over ``--questions`` questions from one client, then
-answers per second over ``--seconds`` with 50 clients. The server runs on the demo book's index, with
-Postgres (a scratch database), the OpenAI path, and Redis when ``--redis`` is given. ``--server-root``
+(before any question), first token (client-observed) over ``--questions`` questions from one client and the share
+of them the second opinion read (the server's ``/metrics``), then answers per second and server CPU per answer over
+``--seconds`` with 50 clients. The questions are a book's real question set (``--questions-file``, the shared
+book's ``questions.jsonl`` by default: what readers ask reaches the second opinion, a fixed list did not); the
+server runs on that book's index (``--book``; ingested and self-calibrated into ``--data-dir`` when it holds none),
+with Postgres (a scratch database), the OpenAI path, and Redis when ``--redis`` is given. ``--server-root``
 serves another checkout of the project (a before/after comparison: the relay is always this one's).
 """
 
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from bench import ceiling
 from bench.chat import (
+    QUESTION_SET,
     ROOT,
     Cases,
     ServerProcess,
@@ -36,10 +40,13 @@ from bench.chat import (
     run_in_data_dir,
     running,
     scratch_database,
+    second_opinions,
     serve_argv,
     server_env,
+    use_questions,
 )
 from bench.figures import Figure, percentile, table, write
+from tests.conftest import SHARED_BOOK
 from tests.fake_openai import FakeOpenAI, ok
 from tests.servers import serving
 
@@ -59,7 +66,9 @@ def _quiet_harness(fake: FakeOpenAI) -> None:
 async def _figures(server: ServerProcess, path: str, cases: Cases, args: argparse.Namespace) -> dict[str, float]:
     rss = server.rss_bytes() / 2**20
     await conversations(server, cases, clients=2, turns=5, seconds=None, path=path)  # warm-up
+    read_before = await second_opinions(server)
     one = await conversations(server, cases, clients=1, turns=args.questions, seconds=None, path=path)
+    read = await second_opinions(server) - read_before
     ttft = [a.ttft_s * 1000 for _, a in one.answers if a.ttft_s is not None]
     inside = [a.timings_ms["first_token"] for _, a in one.answers if "first_token" in a.timings_ms]
     many = await conversations(server, cases, clients=50, turns=None, seconds=args.seconds, path=path)
@@ -68,6 +77,8 @@ async def _figures(server: ServerProcess, path: str, cases: Cases, args: argpars
         "ttft_p50_ms": round(percentile(ttft, 50), 2),
         "ttft_p99_ms": round(percentile(ttft, 99), 2),
         "answers_per_s_50": round(many.completed / many.elapsed_s, 1),
+        "cpu_ms_per_answer_50": round(many.cpu_s / max(1, many.completed) * 1000, 1),
+        "second_opinion_share": round(read / max(1, len(one.answers)), 3),  # the relay has none: 0
     }
     if inside:  # the server's own timing (question accepted to first token published), not the relay's
         print(f"  {path}: accepted to first token inside the server p50 {percentile(inside, 50):.1f} ms")
@@ -76,7 +87,9 @@ async def _figures(server: ServerProcess, path: str, cases: Cases, args: argpars
 
 async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
     os.sched_setaffinity(0, {CLIENT_CPU})
-    await demo_index(data_dir)
+    asked = use_questions(args.questions_file)
+    print(f"{len(asked)} questions from {args.questions_file}, on the index of {args.book}")
+    await demo_index(data_dir, args.book)
     fake = FakeOpenAI()
     fake.default = ok(answer_text(args.tokens))
     model = TimedModel(fake)
@@ -121,7 +134,11 @@ def _as_figures(rounds: list[dict[str, dict[str, float]]]) -> list[Figure]:
     p99, p99_relay = pair("ttft_p99_ms")
     rate, rate_relay = pair("answers_per_s_50")
     rss, rss_relay = pair("rss_start_mb")
+    cpu, cpu_relay = pair("cpu_ms_per_answer_50")
+    share = median("server", "second_opinion_share")
     return [
+        Figure("side by side: server CPU per answer, 50 clients", cpu, "ms", round(cpu_relay, 1), ceiling=cpu_relay),
+        Figure("side by side: questions the second opinion read, 1 client", share, "share"),
         Figure(
             "side by side: first token p50, 1 client", first, "ms", round(2.0 * first_relay, 2), ceiling=first_relay
         ),
@@ -141,7 +158,8 @@ def _print_round(n: int, ours: dict[str, float], theirs: dict[str, float]) -> No
     ratios = _ratios(ours, theirs)
     print(f"round {n + 1}:")
     for key in ours:
-        print(f"  {key:<18} server {ours[key]:8.1f}  relay {theirs[key]:8.1f}  ratio {ratios[key]:5.2f}x")
+        ratio = f"{ratios[key]:5.2f}x" if key in ratios else "    -"
+        print(f"  {key:<20} server {ours[key]:8.3f}  relay {theirs[key]:8.3f}  ratio {ratio}")
     sys.stdout.flush()
 
 
@@ -150,8 +168,9 @@ def _print_summary(rounds: list[dict[str, dict[str, float]]]) -> None:
     for key in rounds[0]["server"]:
         ours = statistics.median(r["server"][key] for r in rounds)
         theirs = statistics.median(r["relay"][key] for r in rounds)
-        ratio = statistics.median(_ratios(r["server"], r["relay"])[key] for r in rounds)
-        print(f"  {key:<18} server {ours:8.1f}  relay {theirs:8.1f}  ratio {ratio:5.2f}x")
+        found = [_ratios(r["server"], r["relay"]).get(key) for r in rounds]
+        ratio = f"{statistics.median(x for x in found if x is not None):5.2f}x" if None not in found else "    -"
+        print(f"  {key:<20} server {ours:8.3f}  relay {theirs:8.3f}  ratio {ratio}")
 
 
 def main() -> None:
@@ -162,7 +181,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=200, help="the fake model's answer length")
     parser.add_argument("--redis", default=None, help="REDIS_URL for the server (off when not given)")
     parser.add_argument("--server-root", type=Path, default=None, help="serve this checkout (default: this one)")
-    parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the demo index")
+    parser.add_argument("--data-dir", type=Path, default=None, help="DATA_DIR holding (or to hold) the book's index")
+    parser.add_argument("--book", type=Path, default=SHARED_BOOK, help="the book served (default: the shared book)")
+    parser.add_argument(
+        "--questions-file", type=Path, default=QUESTION_SET, help="the question set asked (questions.jsonl format)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here (bench/figures.py)")
     parser.add_argument("--rounds-json", type=Path, default=None, help="also write every round's figures here")
     args = parser.parse_args()

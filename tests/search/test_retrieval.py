@@ -15,6 +15,7 @@ import pytest
 from qdrant_client import AsyncQdrantClient
 
 from tests.conftest import DEMO_BOOK, copy_index
+from textbook_chat.core import rarity
 from textbook_chat.core.settings import Settings
 from textbook_chat.core.tokens import TokenCounter
 from textbook_chat.index import ingest, sparse
@@ -464,18 +465,26 @@ def test_a_questions_specific_terms_are_the_rare_ones_not_its_phrasing() -> None
 @pytest.mark.parametrize(
     ("word", "specific"),
     [
-        ("strace", True),  # st + race: spelled from a fragment, as commands are
+        ("strace", True),  # rare in English (wordfreq), as commands and tools are
         ("grep", True),
         ("gdb", True),
         ("cron", True),
-        ("rsync", True),  # three pieces
-        ("gripper", False),  # grip + per: an English word and a suffix
-        ("setpoint", False),
-        ("blindly", False),  # one piece: everyday English
+        ("conda", True),  # one word piece: the word-piece rule missed it
+        ("gripper", False),  # a form of "grip"
+        ("gait", False),  # technical-sounding, but everyday English
+        ("blindly", False),
         ("launch", False),
     ],
 )
 def test_a_lowercase_command_is_a_specific_term_and_an_everyday_word_is_not(word: str, specific: bool) -> None:
+    assert sparse.specific(word) is specific
+
+
+@pytest.mark.parametrize(("word", "specific"), [("strace", True), ("rsync", True), ("setpoint", False)])
+def test_without_the_word_list_word_pieces_stand_in_for_rarity(
+    word: str, specific: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rarity, "rare", lambda *_: None)
     assert sparse.specific(word) is specific
 
 

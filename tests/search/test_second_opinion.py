@@ -4,10 +4,13 @@ cross-encoder's files, retrieval answers as before and says so once."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import threading
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +23,16 @@ from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.search import calibration, confidence
 from textbook_chat.search.confidence import Calibration
 from textbook_chat.search.retrieval import Retriever
-from textbook_chat.search.second_opinion import SecondOpinion, Thresholds
+from textbook_chat.search.second_opinion import (
+    LIFT_MARGIN,
+    MAX_PAIRS,
+    Evidence,
+    SecondOpinion,
+    Thresholds,
+    lifted,
+    nearest,
+    plan,
+)
 from textbook_chat.web.services import open_services
 
 # A question the demo book does not answer, whose passages (walking robots, learning) are close enough for retrieval
@@ -30,23 +42,52 @@ DOG = "How do I teach a robot dog to fetch a ball?"
 SPIN = "What does rclpy.spin() actually do?"
 
 
+WEAK = Thresholds().weak_below
+
+
 @pytest.mark.parametrize(
-    ("score", "unscaled", "in_doubt"),
+    ("evidence", "expected"),
     [
-        (0.05, 0.05, False),  # far below the decline point: clearly not in the book
-        (0.12, 0.12, True),  # just below it
-        (0.25, 0.25, True),  # answered at low confidence
-        (0.34, 0.34, True),
-        (0.36, 0.36, False),  # confident enough: pays nothing
-        (0.9, 0.9, False),
-        (0.0, 0.5, True),  # declined by the names / terms rules although the passages looked close
-        (0.0, 0.15, False),  # the passages alone would have declined too
+        (Evidence(0.9, 0.9, unknown_rare=False), "answer"),  # confident: pays nothing
+        (Evidence(0.34, 0.34, unknown_rare=False), "answer"),  # in the band, but nothing else doubts it
+        (Evidence(0.34, 0.34, unknown_rare=False, absent=0.6), "ask"),  # most of its words are not the book's
+        (Evidence(WEAK - 0.01, WEAK - 0.01, unknown_rare=False), "ask"),  # barely above the decline point
+        (Evidence(0.3, 0.3, unknown_rare=True), "ask"),  # a rare word the book never uses
+        (Evidence(0.36, 0.36, unknown_rare=True), "answer"),  # above the band: retrieval is sure enough
+        (Evidence(0.12, 0.12, unknown_rare=False), "ask"),  # declined by the passages, within the band
+        (Evidence(0.05, 0.05, unknown_rare=False), "decline"),  # far below: clearly not in the book
+        (Evidence(0.0, 0.5, unknown_rare=True), "ask"),  # the rules declined what the passages would answer
+        (Evidence(0.0, 0.25, unknown_rare=True), "decline"),  # a rare unknown word and weak passages agree
+        (Evidence(0.0, 0.15, unknown_rare=False), "decline"),  # the passages alone would have declined too
     ],
 )
-def test_it_is_asked_only_in_its_band_or_on_a_decline_the_rules_caused(
-    score: float, unscaled: float, in_doubt: bool
+def test_it_is_asked_only_where_the_first_stage_and_the_term_evidence_disagree(
+    evidence: Evidence, expected: str
 ) -> None:
-    assert Thresholds().in_doubt(score, unscaled) is in_doubt
+    assert plan(Thresholds(), evidence) == expected
+
+
+@pytest.mark.parametrize(
+    ("scores", "order"),
+    [
+        ([1.0, 1.0 + LIFT_MARGIN], (0, 1)),  # preferred, but not by the margin: the first stage's order stays
+        ([1.0, 1.1 + LIFT_MARGIN, -3.0], (1, 0, 2)),
+        ([-9.0, -8.0, 9.0], (2, 0, 1)),  # clearly the answer: lifted past both
+        ([-9.0, None, 9.0, None], (0, 1, 2, 3)),  # a passage it did not read keeps its place, and blocks
+    ],
+)
+def test_it_lifts_a_passage_only_by_a_reliable_margin(scores: list[float | None], order: tuple[int, ...]) -> None:
+    assert lifted(scores) == order
+
+
+def test_a_pair_holds_the_passages_sentences_nearest_the_question() -> None:
+    passage = (
+        "Walking > Balance\nRobots walk on two legs. Many people find this impressive.\n"
+        "The zero moment point must stay inside the support polygon.\n```python\nx = 1\n```\nThe end."
+    )
+    pair = nearest("Why must the zero moment point stay inside the support polygon?", passage, words=10)
+    assert pair == "Walking > Balance\nThe zero moment point must stay inside the support polygon."
+    assert nearest("unrelated words", passage, words=5) == "Walking > Balance\nRobots walk on two legs."
 
 
 def test_thresholds_out_of_order_are_refused() -> None:
@@ -109,13 +150,80 @@ async def test_it_overturns_a_decline_whose_passage_clearly_answers(book: Book) 
     assert result.sources[0].file_path == "02-ros2/01-nodes-and-topics.md"
 
 
-async def test_where_it_is_asked_the_candidates_follow_its_scores(book: Book) -> None:
-    result = await Retriever(book.index, book.embedder, book.calibration, book.opinion).retrieve(DOG)
-    assert result.second_opinion is not None
-    assert list(result.second_opinion.order) != [] and [s.n for s in result.candidates] == [1, 2, 3, 4, 5]
+async def test_where_it_is_asked_it_reads_few_pairs_and_keeps_the_first_stages_order_within_its_margin(
+    book: Book,
+) -> None:
+    opinion = SecondOpinion(book.opinion.encoder, book.opinion.thresholds)  # its own cache: it reads every pair
+    plain = await Retriever(book.index, book.embedder, book.calibration).retrieve(DOG)
+    result = await Retriever(book.index, book.embedder, book.calibration, opinion).retrieve(DOG)
+    verdict = result.second_opinion
+    assert verdict is not None and 1 <= verdict.pairs <= MAX_PAIRS
+    assert [s.n for s in result.candidates] == list(range(1, len(result.candidates) + 1))
+    assert {s.chunk_id for s in result.candidates} == {s.chunk_id for s in plain.candidates}
     assert book.opinion.encoder is not None
-    scores = [float(x) for x in book.opinion.encoder.score(DOG, [s.passage for s in result.candidates])]
-    assert scores == sorted(scores, reverse=True)
+    read = [nearest(DOG, s.passage) for s in plain.candidates[: verdict.pairs]]
+    scores = [float(x) for x in book.opinion.encoder.score(DOG, read)]
+    expected = lifted([*scores, *[None] * (len(plain.candidates) - len(scores))])
+    assert [s.chunk_id for s in result.candidates] == [plain.candidates[i].chunk_id for i in expected]
+
+
+async def test_a_question_asked_again_is_judged_from_the_cache_whatever_its_case_or_spacing(book: Book) -> None:
+    retriever = Retriever(book.index, book.embedder, book.calibration, SecondOpinion(book.opinion.encoder))
+    first = await retriever.retrieve(DOG)
+    assert first.second_opinion is not None and first.second_opinion.pairs
+    again = await retriever.retrieve("  " + DOG.upper().replace(" ", "  "))
+    assert first.second_opinion is not None and again.second_opinion is not None
+    assert again.second_opinion.pairs == 0 and again.second_opinion.score == first.second_opinion.score
+
+
+async def test_a_strong_agreeing_retrieval_is_never_declined_by_the_cross_encoder_alone(book: Book) -> None:
+    """Thresholds under which the cross-encoder would decline everything: without other evidence it is not asked."""
+    doubting = replace(book.opinion.thresholds, decline_below=9.5, overturn_above=10.0)
+    opinion = SecondOpinion(book.opinion.encoder, doubting)
+    plain = await Retriever(book.index, book.embedder, book.calibration).retrieve(SPIN)
+    # Calibrations that put SPIN's evidence in the band: above the weak point, then below it.
+    for common, asked in ((0.3, False), (WEAK - 0.005, True)):
+        decline = plain.similarity * 0.9
+        low = decline + (plain.similarity - decline) * (confidence.LOW - confidence.DECLINE) / (common - 0.2)
+        placed = Calibration(decline=decline, low=low, high=min(low + 0.2, 0.95))
+        first_stage = await Retriever(book.index, book.embedder, placed).retrieve(SPIN)
+        assert first_stage.confidence == pytest.approx(common, abs=0.002) and not first_stage.declined
+        result = await Retriever(book.index, book.embedder, placed, opinion).retrieve(SPIN)
+        assert (result.second_opinion is not None) is asked
+        assert result.declined is asked  # with the weak first stage as the other evidence, it may decline
+
+
+async def test_a_burst_of_questions_it_reads_runs_off_the_event_loop_with_bounded_concurrency(
+    book: Book, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoder = CrossEncoder(max_tokens=80, batch_size=1, workers=2)
+    opinion = SecondOpinion(encoder, book.opinion.thresholds)
+    retriever = Retriever(book.index, book.embedder, book.calibration, opinion)
+    loop_thread = threading.get_ident()
+    threads: set[int] = set()
+    running = most = 0
+    lock = threading.Lock()
+    score = encoder.score
+
+    def watched(question: str, passages: Sequence[str]) -> Any:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+            threads.add(threading.get_ident())
+        try:
+            return score(question, passages)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(encoder, "score", watched)
+    try:
+        results = await asyncio.gather(*(retriever.retrieve(f"{DOG} ({n})") for n in range(6)))
+    finally:
+        encoder.close()
+    assert all(r.second_opinion is not None and r.second_opinion.pairs for r in results)
+    assert loop_thread not in threads and most <= 2  # the model's two worker threads, never the loop
 
 
 async def test_without_the_cross_encoder_retrieval_answers_as_before_and_logs_once(
@@ -186,3 +294,18 @@ def test_the_thresholds_rule(logits: list[float], decline: float, overturn: floa
     derived = calibration.opinion_rule(logits)
     assert derived.decline_below == pytest.approx(decline)
     assert derived.overturn_above == pytest.approx(overturn)
+
+
+def test_in_scope_probes_that_score_low_pull_the_decline_point_between_the_two_distributions() -> None:
+    out_of_scope = [-11.3, -10.0]
+    assert calibration.opinion_rule(out_of_scope, [8.0] * 10).decline_below == pytest.approx(-7.0)
+    # A book whose own paraphrases score low: halfway from the unrelated probes' best to their 10th percentile.
+    low = calibration.opinion_rule(out_of_scope, [-9.0, *[-7.0] * 9])
+    assert low.decline_below == pytest.approx(-8.0)  # (-10.0 + -7.2) / 2, floored by the window
+
+
+def test_a_heading_free_paraphrase_probe_keeps_the_opening_sentence_without_the_headings_words() -> None:
+    text = "```bash\nls\n```\nThe zero moment point must stay inside the support polygon of the feet."
+    probe = calibration.without_heading_words("Zero Moment Point", text)
+    assert probe == "The must stay inside the support polygon of the feet."
+    assert calibration.without_heading_words("Zero Moment Point", "Zero moment point.") == ""

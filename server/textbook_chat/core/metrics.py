@@ -59,6 +59,11 @@ RETRIEVAL_SECONDS = Histogram(
 ANSWERS = Counter("textbook_answers", "Answers by how they ended (finish_reason, error or interrupted)", ["outcome"])
 CONFIDENCE = Counter("textbook_confidence_levels", "Answers by retrieval confidence level", ["level"])
 DECLINES = Counter("textbook_declines", "Questions declined as not covered by the book")
+SECOND_OPINIONS = Counter(
+    "textbook_second_opinions",
+    "Questions the cross-encoder read, by what it changed (kept, declined, answered)",
+    ["change"],
+)
 FALLBACKS = Counter("textbook_fallbacks", "Degraded answers by kind (offline_generator, faq, history)", ["kind"])
 LLM_ERRORS = Counter("textbook_llm_errors", "Failed chat-model attempts (each retry or fallback follows one)")
 LLM_RETRIES = Counter("textbook_llm_retries", "Chat-model attempts retried after a failure")

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from textbook_chat.core import rarity
+
 _K1 = 1.2
 _B = 0.75
 _DIGITS = 5  # sparse weights are stored rounded
@@ -67,22 +69,18 @@ _ASKING = frozenset(
 )
 
 
-# A word MiniLM's 30k-piece vocabulary splits into this many pieces or more is rare or technical ("quadcopter",
-# "actuator"); common words and their inflections ("obtained", "blindly") are one or two, and a book that
-# never uses one of those has only phrased the same thing differently.
+# Without wordfreq's list (``core/rarity.py``), word pieces stand in for rarity: a word MiniLM's 30k-piece
+# vocabulary splits into this many pieces or more is rare or technical ("quadcopter"), and a two-piece word whose
+# first piece is this short is spelled from a fragment, as a command is ("strace" st+race, "gdb" g+db).
 SPECIFIC_PIECES = 3
-# A word of two pieces whose first piece is this short has no English word to start from: the vocabulary spells
-# it from a fragment, as it does a command or a tool written in lowercase ("strace" st+race, "grep" gr+ep,
-# "gdb" g+db, "cron" cr+on), while the two-piece words of everyday English start from a word ("gripper"
-# grip+per, "setpoint" set+point). Issue 26: a shell book's questions about commands it never mentions.
 FRAGMENT_CHARS = 2
 
 
 def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
-    """A question's specific terms (see ``SPECIFIC_PIECES`` and ``FRAGMENT_CHARS``), each weighing 1: the ones
-    a book that answers the question must use somewhere."""
+    """A question's specific terms (``specific``), each weighing 1: the ones a book that answers the question
+    must use somewhere. At most ``MAX_QUERY_TERMS`` of the question's terms are read."""
     weights: dict[str, float] = {}
-    for term in terms(text):
+    for term in bounded(terms(text)):
         if term in exclude or term in weights or term in _ASKING or len(term) < 3 or not term.isalpha():
             continue  # a compound ("two-link") is checked by its parts, an identifier by the names rule
         if specific(term):
@@ -90,10 +88,47 @@ def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
     return weights
 
 
+def content(text: str) -> list[str]:
+    """A question's words about its subject (at most ``MAX_QUERY_TERMS``): its terms less the asking words and
+    those under three letters."""
+    return [t for t in bounded(terms(text)) if t not in _ASKING and len(t) > 2]
+
+
 def specific(term: str) -> bool:
-    """Whether a lower-case word is rare or technical enough that a book answering about it must use it."""
+    """Whether a lower-case word is rare enough in English that a book answering about it must use it: under
+    ``rarity.RARE_BELOW`` in wordfreq's list ("strace", "conda", "quadcopter"; not "gait" or "yolk"), or, without
+    the list, by its word pieces."""
+    rare = rarity.rare(term, forms(term))
+    if rare is not None:
+        return rare
     pieces = _pieces(term)
     return len(pieces) >= SPECIFIC_PIECES or (len(pieces) == 2 and len(pieces[0]) <= FRAGMENT_CHARS)
+
+
+# A question's distinct terms read by the keyword search, the names and specific-terms rules and the rerank: a
+# question of 2,000 words costs what one of this many does (issue 34). Readers' questions hold 3-15.
+MAX_QUERY_TERMS = 32
+
+
+def forms(term: str) -> list[str]:
+    """A lower-case word and the bases its inflection may come from ("queried" -> "query", "overwriting" ->
+    "overwrite", "running" -> "run"): a book that writes one of them uses the word."""
+    found = [term]
+    for suffix, base in _INFLECTIONS:
+        stem = term[: -len(suffix)]
+        if term.endswith(suffix) and len(stem) >= 3:
+            found.append(stem + base)
+            if not base and len(stem) >= 4 and stem[-1] == stem[-2] and stem[-1] not in "aeiouls":
+                found.append(stem[:-1])  # a doubled consonant: "running" -> "run"
+    return list(dict.fromkeys(found))
+
+
+_INFLECTIONS = (("ing", ""), ("ing", "e"), ("ied", "y"), ("ed", ""), ("ed", "e"), ("ies", "y"), ("es", ""), ("er", ""))
+
+
+def bounded(found: Sequence[str]) -> list[str]:
+    """The first ``MAX_QUERY_TERMS`` distinct terms of ``found``, in order."""
+    return list(dict.fromkeys(found))[:MAX_QUERY_TERMS]
 
 
 @lru_cache(maxsize=65536)
@@ -133,12 +168,14 @@ def names(text: str) -> list[str]:
         parts = terms(token)
         if parts and parts[0] not in found:
             found.append(parts[0])  # the whole identifier comes first; its parts are ordinary words
+            if len(found) == MAX_QUERY_TERMS:
+                break
     return found
 
 
 def _starts_sentence(text: str, start: int) -> bool:
     """Whether a word opens a sentence ("… AI? Thanks!"), where capitals are grammar, not a name."""
-    before = text[:start].rstrip(" \t\"'(")
+    before = text[max(0, start - 64) : start].rstrip(" \t\"'(")  # a bounded look back: linear in the question
     return not before or before[-1] in ".!?:;\n"
 
 
@@ -148,7 +185,7 @@ def document_vector(text: str) -> Sparse:
 
 
 def query_vector(text: str) -> Sparse:
-    return _vector(dict.fromkeys(terms(text), 1.0))
+    return _vector(dict.fromkeys(bounded(terms(text)), 1.0))
 
 
 class KeywordIndex:

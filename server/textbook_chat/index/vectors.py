@@ -247,6 +247,16 @@ class VectorIndex:
                 headings.setdefault(url, str(path[-1]).strip())
         return headings
 
+    async def section_openings(self) -> dict[str, tuple[str, str]]:
+        """Every section's URL, its own heading and the text of its first chunk (the calibration's in-scope probes)."""
+        first: dict[str, tuple[int, str, str]] = {}
+        async for _, p in self._scroll(["url", "heading_path", "chunk_index", "text"]):
+            path, url, position = p.get("heading_path") or (), p.get("url"), int(p.get("chunk_index", 0) or 0)
+            if isinstance(url, str) and path and str(path[-1]).strip():
+                if url not in first or position < first[url][0]:
+                    first[url] = (position, str(path[-1]).strip(), str(p.get("text", "")))
+        return {url: (heading, text) for url, (_, heading, text) in first.items()}
+
     async def modules(self) -> list[ModuleInfo]:
         """Modules and chapters present in the index, in book order (cached until the next write)."""
         if self._modules is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -35,6 +36,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from textbook_chat.core.errors import RetrievalUnavailable
+from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
 from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.search import confidence
@@ -56,6 +58,9 @@ OPINION_PROBES = 10
 LOGIT_MARGIN = 3.0
 DECLINE_WINDOW = (-8.0, -6.0)
 OVERTURN_GAP = 8.0
+IN_SCOPE_SECTIONS = 20
+IN_SCOPE_LOW = 0.1
+_HEADING_NUMBER = re.compile(r"^[\d.\s]+")
 
 OUT_OF_SCOPE_PROBES = (
     "How long should I knead bread dough?",
@@ -112,6 +117,7 @@ class Derived:
     thresholds: Thresholds | None = None  # the second opinion's; None without the cross-encoder
     opinion_probes: tuple[float, ...] = ()  # the best logit of each out-of-scope probe it read, sorted
     opinion_seconds: float = 0.0
+    opinion_in_scope: tuple[float, ...] = ()  # the best logit of each in-scope probe it read, sorted
 
 
 async def derive(retriever: Retriever, index: VectorIndex) -> Derived:
@@ -135,14 +141,16 @@ async def derive(retriever: Retriever, index: VectorIndex) -> Derived:
     seconds = time.perf_counter() - started
     opinion_started = time.perf_counter()
     logits = await _opinion_probes(retriever, outside, passages)
+    in_scope_logits = await _in_scope_opinion_probes(retriever, index) if logits else []
     return Derived(
         calibration=rule(outside, inside, prior),
         out_of_scope=tuple(sorted(round(x, 4) for x in outside)),
         in_scope=tuple(sorted(round(x, 4) for x in inside)),
         seconds=seconds,
-        thresholds=opinion_rule(logits) if logits else None,
+        thresholds=opinion_rule(logits, in_scope_logits) if logits else None,
         opinion_probes=tuple(sorted(round(x, 3) for x in logits)),
         opinion_seconds=time.perf_counter() - opinion_started if logits else 0.0,
+        opinion_in_scope=tuple(sorted(round(x, 3) for x in in_scope_logits)),
     )
 
 
@@ -165,10 +173,55 @@ async def _opinion_probes(
     return logits
 
 
-def opinion_rule(out_of_scope_logits: Sequence[float]) -> Thresholds:
+async def _in_scope_opinion_probes(retriever: Retriever, index: VectorIndex) -> list[float]:
+    """The best logit of the in-scope probes: for up to IN_SCOPE_SECTIONS sections (evenly spread), the heading as
+    a question, and the opening sentence without the heading's words (a paraphrase), each searched in the book."""
+    opinion = retriever.second_opinion
+    if opinion is None:
+        return []
+    openings = sorted((await index.section_openings()).items())
+    step = max(1, -(-len(openings) // IN_SCOPE_SECTIONS))
+    probes: list[str] = []
+    for _, (heading, text) in openings[::step]:
+        probes.append(f"What is {_HEADING_NUMBER.sub('', heading).strip()}?")
+        paraphrase = without_heading_words(heading, text)
+        if paraphrase:
+            probes.append(paraphrase)
+    if not probes:
+        return []
+    vectors = await retriever.embedder.embed_documents(probes, background=True)
+    logits = []
+    for text, vector in zip(probes, vectors, strict=True):
+        _, read = await retriever.probe(text, vector)
+        scores = await opinion.scores(text, read)
+        if scores is None:
+            return []
+        if scores:
+            logits.append(max(scores))
+    return logits
+
+
+def without_heading_words(heading: str, text: str, words: int = 20) -> str:
+    """The first prose line of ``text``, its first ``words`` words, without the heading's terms ("" when fewer than
+    five words stay): a question that names the topic only in other words."""
+    banned = set(sparse.terms(heading))
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("```", "#", "|", "<", "import ", "!")):
+            continue
+        kept = [w for w in line.split()[:words] if not banned & set(sparse.terms(w))]
+        if len(kept) >= 5:
+            return " ".join(kept)
+    return ""
+
+
+def opinion_rule(out_of_scope_logits: Sequence[float], in_scope_logits: Sequence[float] = ()) -> Thresholds:
     """The module docstring's rule for the second opinion's thresholds."""
     low, high = DECLINE_WINDOW
-    decline = min(max(max(out_of_scope_logits) + LOGIT_MARGIN, low), high)
+    decline = max(out_of_scope_logits) + LOGIT_MARGIN
+    if len(in_scope_logits) >= 5:  # between the two distributions: out of scope's top, in scope's low tail
+        decline = min(decline, (max(out_of_scope_logits) + quantile(sorted(in_scope_logits), IN_SCOPE_LOW)) / 2)
+    decline = min(max(decline, low), high)
     return Thresholds(decline_below=round(decline, 2), overturn_above=round(max(0.0, decline + OVERTURN_GAP), 2))
 
 
@@ -292,7 +345,10 @@ def report(derived: Derived, prior: Calibration) -> str:
         f"second opinion:         {t.describe()}  ({derived.opinion_seconds:.1f} s)",
         f"  its band in raw evidence: {raw_band[0]:.3f}-{raw_band[1]:.3f}",
         f"  best logit of the {len(derived.opinion_probes)} closest out-of-scope probes: {logits}",
-        f"  rule: decline below = max logit + {LOGIT_MARGIN}, within {DECLINE_WINDOW[0]}..{DECLINE_WINDOW[1]}; "
+        f"  best logit of the {len(derived.opinion_in_scope)} in-scope probes: "
+        + ", ".join(f"{x:.2f}" for x in derived.opinion_in_scope),
+        f"  rule: decline below = min(max out-of-scope logit + {LOGIT_MARGIN}, halfway from it to the in-scope "
+        f"p{round(IN_SCOPE_LOW * 100)}), within {DECLINE_WINDOW[0]}..{DECLINE_WINDOW[1]}; "
         f"overturn above = that + {OVERTURN_GAP}, at least 0",
     ]
     return "\n".join(lines)

@@ -6,6 +6,7 @@ Reads the format of ``shared/corpora/*/questions.jsonl``; the ``eval`` command i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 from collections.abc import Iterable, Sequence
@@ -61,6 +62,7 @@ class Outcome:
     second_opinion: str | None = None  # "declined" / "answered" when it changed the decision, "kept", None: not asked
     cross_score: float | None = None  # the best logit it gave (every question with ``judge_all``)
     retrieval_ms: float = 0.0  # ``timings_ms.retrieval`` as the server reports it
+    opinion_ms: float = 0.0  # of which the second opinion's (0 where it was not asked)
 
 
 @dataclass(frozen=True)
@@ -141,9 +143,24 @@ async def ask(
 
 
 async def run(
-    retriever: Retriever, questions: Iterable[Question], *, module_aware: bool = False, judge_all: bool = False
+    retriever: Retriever,
+    questions: Iterable[Question],
+    *,
+    module_aware: bool = False,
+    judge_all: bool = False,
+    clients: int = 1,
 ) -> list[Outcome]:
-    return [await ask(retriever, q, module_aware=module_aware, judge_all=judge_all) for q in questions]
+    """The outcomes in the questions' order; ``clients`` readers ask at once (each its share, in turn)."""
+    asked = list(questions)
+    outcomes: list[Outcome | None] = [None] * len(asked)
+    step = max(1, clients)
+
+    async def reader(first: int) -> None:
+        for n in range(first, len(asked), step):
+            outcomes[n] = await ask(retriever, asked[n], module_aware=module_aware, judge_all=judge_all)
+
+    await asyncio.gather(*(reader(first) for first in range(step)))
+    return [o for o in outcomes if o is not None]
 
 
 def figures(outcomes: Sequence[Outcome]) -> Figures:
@@ -388,6 +405,7 @@ def _outcome(question: Question, result: Retrieval, ranked: Sequence[Any], *, ex
         second_opinion=None if verdict is None else (verdict.change or "kept"),
         cross_score=None if verdict is None else verdict.score,
         retrieval_ms=result.timings_ms.get("retrieval", 0.0),
+        opinion_ms=0.0 if verdict is None else verdict.ms,
     )
 
 

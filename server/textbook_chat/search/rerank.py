@@ -22,11 +22,12 @@ _EXCERPT_CHARS = 240
 
 
 class Query:
-    """A question's keyword terms and the names in it, computed once."""
+    """A question's keyword terms (at most ``sparse.MAX_QUERY_TERMS`` distinct ones) and the names in it, computed
+    once."""
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.terms = sparse.terms(text)
+        self.terms = sparse.bounded(sparse.terms(text))
         self.keywords = frozenset(self.terms)
         self.names = tuple(sparse.names(text))
         self.informative = sparse.informative(text, exclude=self.names)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from textbook_chat.core import metrics, rarity
 from textbook_chat.core.errors import RetrievalUnavailable
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
@@ -33,7 +34,7 @@ from textbook_chat.search.rerank import (
 )
 from textbook_chat.search.rerank import excerpt as excerpt
 from textbook_chat.search.rerank import searchable as searchable
-from textbook_chat.search.second_opinion import SecondOpinion, Verdict
+from textbook_chat.search.second_opinion import Evidence, SecondOpinion, Verdict, plan
 
 CANDIDATES = 10
 TOP_K = 5
@@ -171,7 +172,9 @@ class Retriever:
         return evidence, [s.passage for s in _sources(kept)]
 
     async def warm(self) -> None:
-        """Load the embedder (and the second opinion's model) and touch the index now, not on the first question."""
+        """Load the embedder, the English word list and the second opinion's model, and touch the index now, not on
+        the first question."""
+        rarity.load()
         dense = await self.embedder.embed_query("warm up")
         if await self.index.exists():
             await self._search(dense, Query("warm up"), None)
@@ -181,17 +184,25 @@ class Retriever:
     # -- the second opinion -----------------------------------------------------------------------
 
     async def _reconsider(self, question: str, result: Retrieval) -> Retrieval:
-        """Where confidence is in doubt, ask the cross-encoder; apply what it says (``second_opinion.py``)."""
+        """Where the first stage and the term evidence disagree, ask the cross-encoder about ``question`` (the text
+        it judges: a follow-up's standalone form, where there is one); apply what it says (``second_opinion.py``)."""
         opinion = self.second_opinion
-        if (
-            opinion is None
-            or not result.candidates
-            or not opinion.thresholds.in_doubt(result.confidence, result.unscaled)
-        ):
+        if opinion is None or not result.candidates:
             return result
-        verdict = await opinion.judge(question, [s.passage for s in result.candidates], declined=result.declined)
+        evidence = Evidence(
+            confidence=result.confidence,
+            unscaled=result.unscaled,
+            unknown_rare=any(not t.isalpha() or sparse.specific(t) for t in result.unknown_terms),
+        )
+        if plan(opinion.thresholds, replace(evidence, absent=1.0)) != "ask":
+            return result  # whatever the book's vocabulary says: no need to look it up
+        evidence = replace(evidence, absent=await self._absent_share(question, result.candidates))
+        if plan(opinion.thresholds, evidence) != "ask":
+            return result
+        verdict = await opinion.judge(question, [(s.chunk_id, s.passage) for s in result.candidates], evidence)
         if verdict is None:
             return result
+        metrics.SECOND_OPINIONS.labels(verdict.change or "kept").inc()
         candidates = tuple(replace(result.candidates[i], n=n) for n, i in enumerate(verdict.order, start=1))
         scope_notices = tuple(n for n in result.notices if n.code != "low_confidence")
         declined = verdict.change == "declined" or (result.declined and verdict.change != "answered")
@@ -222,6 +233,25 @@ class Retriever:
             candidates=candidates,
             second_opinion=verdict,
         )
+
+    async def _absent_share(self, question: str, candidates: Sequence[Source]) -> float:
+        """The share of the question's content words (``sparse.content``) that the book never uses, in any form."""
+        words = list(dict.fromkeys(sparse.content(question)))
+        if not words:
+            return 0.0
+        seen = set().union(*(sparse.terms(f"{' '.join(s.heading_path)}\n{s.text}") for s in candidates))
+        absent = 0
+        for word in words:
+            if seen.isdisjoint(sparse.forms(word)) and not await self._mentioned(word):
+                absent += 1
+        return absent / len(words)
+
+    async def _mentioned(self, term: str) -> bool:
+        """Whether the book uses ``term`` or one of its forms anywhere."""
+        for form in sparse.forms(term):
+            if await self.index.mentions(sparse.Sparse((sparse.term_index(form),), (1.0,))):
+                return True
+        return False
 
     # -- textbook mode ----------------------------------------------------------------------------
 
@@ -337,11 +367,7 @@ class Retriever:
         missing = [term for term in wanted if not any(term in c.terms for c in ranked)]
         if not missing:
             return ()
-        unknown = []
-        for name in missing:
-            if not await self.index.mentions(sparse.Sparse((sparse.term_index(name),), (1.0,))):
-                unknown.append(name)
-        return tuple(unknown)
+        return tuple([name for name in missing if not await self._mentioned(name)])
 
     # -- shared -----------------------------------------------------------------------------------
 

@@ -1,30 +1,40 @@
-"""The second opinion: where retrieval is unsure whether the book answers, the cross-encoder reads the question
-with the top passages, and a clearly low score declines the answer while a clearly high one overturns a decline.
+"""The second opinion: where the first stage and the term evidence disagree, the cross-encoder reads the question with
+the passages' sentences nearest it; a decline needs it and one more piece of evidence, an answer after a decline
+needs it clearly high.
 
-Asked only in doubt (``Thresholds.in_doubt``): a confidence within the band around the decline point, or a
-decline that the names / specific-terms rules caused (the passages alone would have answered). Confident
-questions never pay for it. Its thresholds are derived per book at ingest (``calibration.py``) and kept with
-the index; ``retrieval.py`` applies the verdict (and orders the candidates by it) to the ``Retrieval``.
+``plan`` says whether it is asked at all (docs/evaluation.md "The second opinion"); ``judge`` reads the fewest pairs
+that settle the question (the first two, then the rest only when they do not), caches each pair's score by question
+and chunk, and runs the model off the event loop with bounded concurrency (``core/crossencoder.py``). Its thresholds
+are derived per book at ingest from in-scope and out-of-scope probes (``calibration.py``) and kept with the index.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from textbook_chat.core.crossencoder import CrossEncoder, CrossEncoderUnavailable
+from textbook_chat.index import sparse
 from textbook_chat.search import confidence
 
 log = logging.getLogger(__name__)
 
 Change = Literal["declined", "answered"]
+Plan = Literal["answer", "decline", "ask"]
 
-# Pairs are cut to this many word pieces: on both books 128 gave the same decisions and the same ranking as 256
-# at half the cost (README "Confidence calibration").
-MAX_TOKENS = 128
+# A pair is the question and the passage's sentences nearest it (``nearest``), cut to this many word pieces: on the
+# three books' sets 80 pieces of 50 words decided as 128 pieces of the passage's start did, at about 60 % of the cost;
+# 64 pieces of 40 words lost a right answer (docs/evaluation.md "The second opinion").
+MAX_TOKENS = 80
+NEAREST_WORDS = 50  # the passage's words read, heading path aside
+FIRST_PAIRS = 2  # read first; the third only when these do not settle the question
+MAX_PAIRS = 3  # on the three books' sets the 4th and 5th passages never changed a decision or an order
+CACHE_SIZE = 4096  # (question, chunk) scores kept: a panel's suggested questions repeat
 # The band, on the common confidence scale (so in raw evidence it is each book's own): from halfway below the
 # decline point (0.2) to just above the low-confidence point (0.3).
 BAND = (0.1, 0.35)
@@ -32,33 +42,70 @@ BAND = (0.1, 0.35)
 # book's thresholds are derived from its probes (``calibration.opinion_rule``) within these bounds.
 DEFAULT_DECLINE_BELOW = -7.0
 DEFAULT_OVERTURN_ABOVE = 1.0
+# How far the cross-encoder must prefer a later passage to lift it above an earlier one of the first stage: on the
+# three books' question sets a margin of 2 pushed right passages down (MRR 0.936 -> 0.922 on one), 3 and more never
+# did; 4 leaves room.
+LIFT_MARGIN = 4.0
+# The share of a question's content words the book never uses, in any form, from which that is evidence the book
+# does not answer it: readers' paraphrases of the three books reached 0.33, questions about other subjects 0.5-1.0.
+ABSENT = 0.5
+# First-stage confidence (common scale) under which it is evidence for a decline: the lowest quarter of the "low"
+# level. Paraphrases the book answers sat at 0.23-0.30 on the fetched book, where the cross-encoder read them low.
+WEAK = confidence.DECLINE + (confidence.LOW - confidence.DECLINE) / 4
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """Where the second opinion is asked (``band``, common scale) and what it takes to change a decision."""
 
-    decline_below: float = DEFAULT_DECLINE_BELOW  # the best passage's logit under this: the answer is declined
+    decline_below: float = DEFAULT_DECLINE_BELOW  # the best passage's logit under this (with other evidence): declined
     overturn_above: float = DEFAULT_OVERTURN_ABOVE  # over this: a decline is overturned
     band_low: float = BAND[0]
     band_high: float = BAND[1]
+    weak_below: float = WEAK  # first-stage confidence under this is evidence for a decline
 
     def __post_init__(self) -> None:
         if not self.decline_below < self.overturn_above or not 0.0 <= self.band_low < self.band_high <= 1.0:
             raise ValueError(f"second-opinion thresholds out of order: {self}")
 
-    def in_doubt(self, score: float, unscaled: float) -> bool:
-        """``score``: the common-scale confidence; ``unscaled``: the same before the names / terms factor."""
-        if self.band_low <= score < self.band_high:
-            return True
-        return score < confidence.DECLINE <= unscaled  # a decline the rules caused, not the passages
-
     def describe(self) -> str:
         return (
-            f"asked at confidence {self.band_low:.2f}-{self.band_high:.2f} or on a decline the names/terms rules "
-            f"caused; declines below logit {self.decline_below:.2f}, "
+            f"asked at confidence {self.band_low:.2f}-{self.band_high:.2f} where other evidence doubts the first "
+            f"stage (confidence under {self.weak_below:.3f}, a rare word the book never uses, {ABSENT:.0%} of its "
+            f"words absent from the book); declines below logit {self.decline_below:.2f} with that evidence, "
             f"overturns a decline above {self.overturn_above:.2f}"
         )
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the first stage found, beside the cross-encoder."""
+
+    confidence: float  # common scale, after the names / terms factor
+    unscaled: float  # the same before it
+    unknown_rare: bool  # a specific term of the question (``sparse.specific``) that the book never uses
+    absent: float = 0.0  # the share of its content words the book never uses (``Retriever._absent_share``)
+
+    def doubts(self, thresholds: Thresholds) -> bool:
+        """Evidence other than the cross-encoder that the book may not answer."""
+        return self.confidence < thresholds.weak_below or self.unknown_rare or self.absent >= ABSENT
+
+
+def plan(thresholds: Thresholds, evidence: Evidence) -> Plan:
+    """``answer`` or ``decline`` where the first stage and the term evidence agree (no second opinion), else ``ask``:
+
+    - a first-stage answer is doubted only within the band and with other evidence (``Evidence.doubts``);
+    - a decline the names / terms rules caused (the passages alone would have answered) is reconsidered, unless a
+      rare word the book never uses says so and the passages themselves are weak;
+    - a decline the passages caused is reconsidered within the band."""
+    if evidence.confidence >= confidence.DECLINE:
+        if evidence.confidence >= thresholds.band_high or not evidence.doubts(thresholds):
+            return "answer"
+        return "ask"
+    if evidence.unscaled >= confidence.DECLINE:
+        agree = evidence.unknown_rare and evidence.unscaled < confidence.LOW
+        return "decline" if agree else "ask"
+    return "ask" if evidence.confidence >= thresholds.band_low else "decline"
 
 
 @dataclass(frozen=True)
@@ -67,8 +114,45 @@ class Verdict:
 
     score: float  # the best logit among the passages read
     change: Change | None  # the decision it changed, if any
-    order: tuple[int, ...]  # the passages by their logit, best first
+    order: tuple[int, ...]  # the passages in their new order (``lifted``)
     ms: float
+    pairs: int = 0  # pairs the model read (the cache and an early stop save the rest)
+
+
+def nearest(question: str, passage: str, words: int = NEAREST_WORDS) -> str:
+    """The passage's heading line, then its sentences (or lines) that share the most terms with the question, in
+    the passage's order, up to ``words`` words; its start when none shares a term."""
+    heading, _, text = passage.partition("\n")
+    wanted = set(sparse.terms(question))
+    pieces = [p for p in _PIECES.split(text) if p.strip() and not p.lstrip().startswith(("```", "~~~"))]
+    scored = sorted(range(len(pieces)), key=lambda i: (-len(wanted & set(sparse.terms(pieces[i]))), i))
+    kept: list[int] = []
+    used = 0
+    for i in scored:
+        size = len(pieces[i].split())
+        if kept and used + size > words:
+            continue
+        kept.append(i)
+        used += size
+        if used >= words:
+            break
+    body = " ".join(" ".join(pieces[i].split()) for i in sorted(kept))
+    return f"{heading}\n{' '.join(body.split()[:words])}"
+
+
+def lifted(scores: Sequence[float | None], margin: float = LIFT_MARGIN) -> tuple[int, ...]:
+    """The first-stage order, where a scored passage moves above an earlier scored one only when its logit beats
+    that one's by ``margin`` (unscored passages keep their places)."""
+    order = list(range(len(scores)))
+    for position in range(1, len(order)):
+        j = position
+        while j > 0:
+            here, above = scores[order[j]], scores[order[j - 1]]
+            if here is None or above is None or here <= above + margin:
+                break
+            order[j - 1], order[j] = order[j], order[j - 1]
+            j -= 1
+    return tuple(order)
 
 
 class SecondOpinion:
@@ -79,6 +163,7 @@ class SecondOpinion:
         self.encoder = encoder
         self.thresholds = thresholds or Thresholds()
         self._failed = encoder is None
+        self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     @classmethod
     def load(cls, thresholds: Thresholds | None = None) -> SecondOpinion:
@@ -104,34 +189,63 @@ class SecondOpinion:
                 self._fail(exc)
 
     async def scores(self, question: str, passages: Sequence[str]) -> list[float] | None:
-        """The logit of each passage, or None when the cross-encoder cannot run."""
+        """The logit of each passage (read as ``nearest`` gives it), or None when the cross-encoder cannot run."""
         if self.encoder is None or self._failed or not passages:
             return None
         try:
-            return [float(x) for x in await self.encoder.ascore(question, passages)]
+            return [float(x) for x in await self.encoder.ascore(question, [nearest(question, p) for p in passages])]
         except Exception as exc:  # noqa: BLE001 -- a missing or broken model degrades to no second opinion
             self._fail(exc)
             return None
 
-    async def judge(self, question: str, passages: Sequence[str], *, declined: bool) -> Verdict | None:
+    async def judge(self, question: str, passages: Sequence[tuple[str, str]], evidence: Evidence) -> Verdict | None:
+        """``passages``: (chunk id, text) in the first stage's order. Reads the first ``FIRST_PAIRS``, and up to
+        ``MAX_PAIRS`` only when those leave the decision open; None when the cross-encoder cannot run."""
         started = time.perf_counter()
-        scores = await self.scores(question, passages)
-        if scores is None:
-            return None
-        best = max(scores)
+        declined = evidence.confidence < confidence.DECLINE
+        t = self.thresholds
+        key = " ".join(question.lower().split())  # what the uncased model reads: cased or spaced alike
+        scores: list[float | None] = [self._cache.get((key, chunk)) for chunk, _ in passages]
+        read = 0
+        for batch in (range(min(FIRST_PAIRS, len(passages))), range(FIRST_PAIRS, min(MAX_PAIRS, len(passages)))):
+            known = [s for s in scores if s is not None]
+            if known and (max(known) > t.overturn_above or (not declined and max(known) >= t.decline_below)):
+                break  # settled: one passage answers clearly, or an answer cannot be declined any more
+            todo = [i for i in batch if scores[i] is None]
+            found = await self.scores(question, [passages[i][1] for i in todo]) if todo else []
+            if found is None:
+                return None
+            read += len(todo)
+            for i, value in zip(todo, found, strict=True):
+                scores[i] = value
+                self._remember((key, passages[i][0]), value)
+        best = max(s for s in scores if s is not None)
         change: Change | None = None
-        if not declined and best < self.thresholds.decline_below:
+        if not declined and best < t.decline_below and evidence.doubts(t):
             change = "declined"
-        elif declined and best > self.thresholds.overturn_above:
+        elif (
+            declined
+            and best > t.overturn_above
+            and (evidence.unscaled >= confidence.DECLINE or evidence.absent < ABSENT)
+        ):
             change = "answered"
-        order = tuple(sorted(range(len(scores)), key=lambda i: -scores[i]))  # stable: ties keep retrieval's order
-        return Verdict(round(best, 3), change, order, round((time.perf_counter() - started) * 1000, 2))
+        ms = round((time.perf_counter() - started) * 1000, 2)
+        return Verdict(round(best, 3), change, lifted(scores), ms, read)
 
     def close(self) -> None:
         if self.encoder is not None:
             self.encoder.close()
 
+    def _remember(self, key: tuple[str, str], value: float) -> None:
+        self._cache[key] = value
+        self._cache.move_to_end(key)
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+
     def _fail(self, exc: Exception) -> None:
         if not self._failed:
             log.warning("the second opinion is off until restart; answering without it (%s)", exc)
         self._failed = True
+
+
+_PIECES = re.compile(r"\n+|(?<=[.!?])\s+")
