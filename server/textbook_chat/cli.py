@@ -112,7 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         "eval", help="measure retrieval on a question set (hit@k, MRR, declines, scope) and the offline answer's facts"
     )
     evaluate.add_argument(
-        "questions", type=Path, help="a questions.jsonl file (shared/corpora/*/questions.jsonl format)"
+        "questions",
+        type=Path,
+        help="a questions.jsonl file (shared/corpora/*/questions.jsonl format), or a conversation set "
+        "(docs/evaluation.md: each line a conversation's turns)",
+    )
+    evaluate.add_argument(
+        "--misses", action="store_true", help="with a conversation set: list the later turns missed in context"
     )
     evaluate.add_argument("--module-aware", action="store_true", help="ask answerable questions within their module")
     evaluate.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON")
@@ -418,6 +424,50 @@ def _write_file(path: Path, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def _is_conversation_set(path: Path) -> bool:
+    """Whether ``path`` holds conversations (its first line has ``turns``), not single questions."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            first = next((line for line in lines if line.strip()), "")
+        return isinstance(json.loads(first), dict) and "turns" in json.loads(first)
+    except (OSError, ValueError):
+        return False  # the question loader says what is wrong with it
+
+
+def _eval_conversations(args: argparse.Namespace, settings: Settings) -> int:
+    from textbook_chat.index.engine import IndexLocked
+    from textbook_chat.search import calibration, conversations
+    from textbook_chat.search.retrieval import Retriever
+    from textbook_chat.search.second_opinion import SecondOpinion
+
+    try:
+        sets = conversations.load(args.questions)
+    except (OSError, conversations.ConversationFileError) as exc:
+        raise UsageError(str(exc)) from None
+
+    async def run() -> tuple[list[conversations.TurnOutcome], str]:
+        async with _built_index(settings) as (index, embedder):
+            opinion = None
+            if not args.no_second_opinion:
+                opinion = SecondOpinion.load(await calibration.stored_thresholds(index, embedder))
+            retriever = Retriever(index, embedder, await calibration.stored(index, embedder), opinion)
+            try:
+                await retriever.warm()
+                return await conversations.run(retriever, sets), embedder.name
+            finally:
+                if opinion is not None:
+                    opinion.close()
+
+    try:
+        outcomes, embedder_name = asyncio.run(run())
+    except IndexLocked as exc:
+        raise UsageError(str(exc)) from None
+    print(conversations.table(outcomes, title=f"{args.questions} ({embedder_name} embedder)"))
+    if args.misses:
+        print(conversations.misses(outcomes))
+    return 0
+
+
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
     from textbook_chat.answer import facts
     from textbook_chat.answer.generation import offline_generator
@@ -428,6 +478,8 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.save and not args.calibrate:
         raise UsageError("--save keeps the calibration --calibrate derives: give both")
+    if _is_conversation_set(args.questions):
+        return _eval_conversations(args, settings)
     try:
         questions = evaluate.load_questions(args.questions)
     except (OSError, evaluate.QuestionFileError) as exc:

@@ -90,6 +90,12 @@ def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
     return weights
 
 
+def content(text: str) -> list[str]:
+    """A question's content terms, in order and once each: its terms less the words that say what kind of
+    question it is (``_ASKING``) and the one- and two-letter ones; what it is about, in its own words."""
+    return list(dict.fromkeys(t for t in terms(text) if t not in _ASKING and len(t) > 2))
+
+
 def specific(term: str) -> bool:
     """Whether a lower-case word is rare or technical enough that a book answering about it must use it."""
     pieces = _pieces(term)
