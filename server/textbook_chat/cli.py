@@ -435,9 +435,10 @@ def _is_conversation_set(path: Path) -> bool:
 
 
 def _eval_conversations(args: argparse.Namespace, settings: Settings) -> int:
+    from textbook_chat.answer.generation import GenerationRequest, offline_generator
     from textbook_chat.index.engine import IndexLocked
     from textbook_chat.search import calibration, conversations
-    from textbook_chat.search.retrieval import Retriever
+    from textbook_chat.search.retrieval import Retrieval, Retriever
     from textbook_chat.search.second_opinion import SecondOpinion
 
     try:
@@ -451,9 +452,23 @@ def _eval_conversations(args: argparse.Namespace, settings: Settings) -> int:
             if not args.no_second_opinion:
                 opinion = SecondOpinion.load(await calibration.stored_thresholds(index, embedder))
             retriever = Retriever(index, embedder, await calibration.stored(index, embedder), opinion)
+            generator = offline_generator(opinion.encoder if opinion else None, wait_s=math.inf)
+
+            async def answer(question: str, retrieval: Retrieval) -> str:
+                """The offline answer, as the server gives it: the next turn reads it as its history does."""
+                request = GenerationRequest(
+                    question=question,
+                    sources=retrieval.sources,
+                    history=(),
+                    mode=retrieval.mode,
+                    low_confidence=retrieval.level == "low",
+                    standalone=retrieval.standalone,
+                )
+                return await generator.answer_async(request)
+
             try:
                 await retriever.warm()
-                return await conversations.run(retriever, sets), embedder.name
+                return await conversations.run(retriever, sets, answer), embedder.name
             finally:
                 if opinion is not None:
                     opinion.close()

@@ -364,7 +364,12 @@ def earlier_questions(turns: list[TurnRow], asked: str) -> list[Earlier]:
     question's own row, read beside its write, is left out (the last turn, unanswered, with its words)."""
     if turns and turns[-1].role == "user" and turns[-1].content == asked:
         turns = turns[:-1]
-    return [Earlier(t.content, t.standalone) for t in turns if t.role == "user"]
+    earlier: list[Earlier] = []
+    for turn, after in zip(turns, [*turns[1:], None], strict=True):
+        if turn.role == "user":
+            answer = after.content if after is not None and after.role == "assistant" else ""
+            earlier.append(Earlier(turn.content, turn.standalone, answer))
+    return earlier
 
 
 async def retrieve(

@@ -21,18 +21,24 @@ _POINTING = frozenset(
 _ELLIPSIS = re.compile(r"^\s*(?:and|or|but|also|so|what about|how about|same for|and what about)\b", re.I)
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\-/]*[A-Za-z0-9+]|[A-Za-z0-9]")
 SUBJECT_WORDS = 8  # the subject carried forward: at most this many words, the newest first
-CONTEXT_WEIGHT = 1.0  # a question pointing back: its reading in context counts fully in the fusion ...
-ALONE_WEIGHT = 0.5  # ... and its own words count half (they may still say what the subject is not)
+CONTEXT_WEIGHT = 1.0  # a question pointing back: its reading in context counts fully in the fusion, and its
+ALONE_WEIGHT = 0.25  # own words this much for each content term (and the base), up to the same weight: the more
+# it says of its own, the more it may have moved on ("what does the Module 3 assignment ask me to build with it?")
 PARTIAL_WEIGHT = 1.0  # a fallback: both readings count alike
+ANSWER_NAMES = 3  # names of the last answer carried forward, after the subject of the question before
+ANSWER_NAME_MIN = 2  # ... each named at least this often in it
+_MARKERS = re.compile(r"\[\d+\]|\]\([^)]*\)")  # citation markers and link targets say nothing of the subject
 _RRF_K = 10  # reciprocal-rank fusion over the CANDIDATES of each reading
 
 
 @dataclass(frozen=True)
 class Earlier:
-    """An earlier question of the session: as asked, and the standalone form retrieval used for it, if any."""
+    """An earlier question of the session: as asked, the standalone form retrieval used for it (if any), and the
+    answer it got (what "the other one" or "the second format" may point into)."""
 
     question: str
     standalone: str | None = None
+    answer: str = ""
 
     @property
     def text(self) -> str:
@@ -70,12 +76,15 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
     pointing = _points_back(question)
     if not pointing and sparse.names(question):
         return Asked(question)  # a topic switch is never drowned by the topic before it
-    subject = _subject(earlier[-1].text, exclude=own)
+    last = earlier[-1]
+    subject = _subject(last.text, exclude=own)
+    named = _answer_names(last.answer, exclude=[*own, *sparse.terms(subject)])
+    subject = " ".join(filter(None, (subject, named)))
     if not subject:
         return Asked(question)
     standalone = f"{question.strip()} ({subject})"
     if pointing or len(own) < 2:
-        return Asked(question, standalone, CONTEXT_WEIGHT, ALONE_WEIGHT, tuple(own))
+        return Asked(question, standalone, CONTEXT_WEIGHT, _alone_weight(question, own), tuple(own))
     return Asked(question, standalone, own_terms=tuple(own), fallback=True)
 
 
@@ -95,9 +104,36 @@ def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Ask
     return [replace(fused[key], rank_score=round(score[key], 6)) for key in ordered]
 
 
+def _alone_weight(question: str, own: Sequence[str]) -> float:
+    if sparse.names(question):
+        return CONTEXT_WEIGHT
+    return min(CONTEXT_WEIGHT, ALONE_WEIGHT * (1 + len(own)))
+
+
 def _points_back(question: str) -> bool:
     words = [w.lower() for w in _WORD.findall(question)]
     return bool(_ELLIPSIS.match(question)) or any(w in _POINTING for w in words)
+
+
+def _answer_names(answer: str, *, exclude: Sequence[str]) -> str:
+    """The names the last answer used most (``sparse.names``: ``URDF``, ``Isaac Sim``), ANSWER_NAMES at most,
+    in their casing: what "the other one" may be, when the question before did not name it."""
+    if not answer:
+        return ""
+    counts: dict[str, int] = {}
+    spelled: dict[str, str] = {}
+    skip = set(exclude)
+    for name in sparse.names(_MARKERS.sub(" ", answer)):
+        if name not in skip:
+            counts[name] = 0
+    for word in _WORD.findall(answer):
+        key = word.lower()
+        if key in counts:
+            counts[key] += 1
+            if word[0].isupper() or not word.isalpha():
+                spelled.setdefault(key, word)  # as a name is written, not as the word at the start of a list
+    best = sorted((n for n in spelled if counts[n] >= ANSWER_NAME_MIN), key=lambda n: -counts[n])[:ANSWER_NAMES]
+    return " ".join(spelled[n] for n in best)
 
 
 def _subject(text: str, *, exclude: Sequence[str]) -> str:

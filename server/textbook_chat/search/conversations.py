@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -99,9 +99,15 @@ def load(path: Path) -> list[Conversation]:
     return conversations
 
 
-async def run(retriever: Retriever, conversations: Iterable[Conversation]) -> list[TurnOutcome]:
+Answer = Callable[[str, Retrieval], Awaitable[str]]  # the answer a reader gets (the offline one in ``eval``)
+
+
+async def run(
+    retriever: Retriever, conversations: Iterable[Conversation], answer: Answer | None = None
+) -> list[TurnOutcome]:
     """Every turn in its session, as the API retrieves it (the earlier questions, each with the standalone form
-    its retrieval used), and alone; later turns with a hand rewrite also as that rewrite, alone."""
+    its retrieval used and the answer it got from ``answer``), and alone; later turns with a hand rewrite also
+    as that rewrite, alone."""
     outcomes = []
     for conversation in conversations:
         earlier: list[Earlier] = []
@@ -115,7 +121,8 @@ async def run(retriever: Retriever, conversations: Iterable[Conversation]) -> li
             if turn.standalone and number > 1:
                 rewrite = _asking(turn, await retriever.retrieve(turn.standalone, module=turn.module))
             outcomes.append(TurnOutcome(conversation.id, number, turn, in_context, alone, rewrite))
-            earlier.append(Earlier(turn.question, result.standalone))
+            said = await answer(turn.question, result) if answer is not None and not result.declined else ""
+            earlier.append(Earlier(turn.question, result.standalone, said))
     return outcomes
 
 
@@ -183,12 +190,18 @@ def table(outcomes: Sequence[TurnOutcome], *, title: str = "") -> str:
 
 
 def misses(outcomes: Sequence[TurnOutcome]) -> str:
-    """The later turns missed or wrongly declined in context, with the standalone form retrieval used."""
+    """The later turns missed, wrongly declined or ranked below their hand rewrite in context, with the
+    standalone form retrieval used."""
     lines = []
     for o in outcomes:
         if o.turn.kind in ("follow_up", "switch") and (o.in_context.rank is None or o.in_context.declined):
             why = "declined" if o.in_context.declined else "miss"
             lines.append(f"{o.conversation}#{o.number} {why}: {o.turn.question!r} -> {o.in_context.standalone!r}")
+        elif o.rewrite is not None and o.rewrite.rank is not None and o.in_context.rank > o.rewrite.rank:
+            lines.append(
+                f"{o.conversation}#{o.number} rank {o.in_context.rank} (rewrite {o.rewrite.rank}): "
+                f"{o.turn.question!r} -> {o.in_context.standalone!r}"
+            )
         elif o.turn.kind == "out_of_scope" and not o.in_context.declined:
             lines.append(f"{o.conversation}#{o.number} answered out of scope: {o.turn.question!r}")
     return "\n".join(lines)

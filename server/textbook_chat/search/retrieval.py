@@ -434,8 +434,8 @@ def known(query: Query, unknown: Sequence[str], asked: Asked | None = None) -> f
     share = known_share(query, unknown)
     if asked is None or not asked.in_context or not asked.own_terms:
         return share
-    own = confidence.term_factor(dict.fromkeys(asked.own_terms, 1.0), [u for u in unknown if u in asked.own_terms])
-    return min(share, own)
+    missing = len({u for u in unknown if u in asked.own_terms})
+    return min(share, 1.0 - missing / len(set(asked.own_terms)))  # not squared: "besides" is not a subject
 
 
 def _renumbered(sources: Sequence[Source]) -> tuple[Source, ...]:
