@@ -9,7 +9,6 @@ import psycopg
 import pytest
 
 from tests.report_data import BREAD, FOOTBALL
-
 from textbook_chat.index.embeddings import LocalEmbedder
 from textbook_chat.reports import report
 from textbook_chat.store.sessions import Store
@@ -38,7 +37,7 @@ def _seed(url: str, *, with_standalone: bool) -> None:
                     "INSERT INTO chat_sessions (id, token_hash, created_at, last_activity_at) VALUES (%s, 'h', %s, %s)",
                     (sid, at, at),
                 )
-                turns = [(question, None)]
+                turns: list[tuple[str, str | None]] = [(question, None)]
                 if i < 2:
                     turns.append((FOLLOW_UP, f"{FOLLOW_UP} ({subject})" if with_standalone else None))
                 for t, (text, standalone) in enumerate(turns):

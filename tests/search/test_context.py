@@ -52,7 +52,9 @@ def test_common_words_without_a_pointing_word_are_read_in_context_only_as_a_fall
 def test_the_subject_carries_through_a_third_turn_from_the_standalone_form_before() -> None:
     """The second turn's standalone form holds the first subject, so "its" in the third still finds it."""
     second = context.read("How do I install it?", GAZEBO)
-    third = context.read("And what are its system requirements?", [*GAZEBO, Earlier(second.question, second.standalone)])
+    third = context.read(
+        "And what are its system requirements?", [*GAZEBO, Earlier(second.question, second.standalone)]
+    )
     assert third.standalone is not None and "Gazebo Harmonic" in third.standalone and "install" in third.standalone
 
 

@@ -125,7 +125,9 @@ def test_the_standalone_form_is_kept_on_questions_only_and_goes_with_a_downgrade
     insert = "INSERT INTO chat_messages (id, session_id, role, content, standalone) VALUES (%s, %s, %s, %s, %s)"
     with psycopg.connect(scratch_url) as conn:
         assert conn.execute("SELECT standalone FROM chat_messages WHERE id = %s", (before,)).fetchone() == (None,)
-        conn.execute(insert, (uuid.uuid4(), session_id, "user", "How do I install it?", "How do I install it? (Gazebo)"))
+        conn.execute(
+            insert, (uuid.uuid4(), session_id, "user", "How do I install it?", "How do I install it? (Gazebo)")
+        )
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(insert, (uuid.uuid4(), session_id, "assistant", "Like this.", "How do I install it? (Gazebo)"))
     command.downgrade(config, "0003")

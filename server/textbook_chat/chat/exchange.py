@@ -24,7 +24,7 @@ from textbook_chat.chat.service import ChatService, Session, Started
 from textbook_chat.core import metrics
 from textbook_chat.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
 from textbook_chat.search.retrieval import CONTEXT_BUDGET_TOKENS
-from textbook_chat.store.rows import Exchange, LateQuestion, SessionToCreate, TurnRow, hash_token
+from textbook_chat.store.rows import Exchange, LateQuestion, SessionToCreate, hash_token
 
 log = logging.getLogger(__name__)
 

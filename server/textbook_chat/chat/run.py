@@ -76,6 +76,13 @@ class AnswerRun:
     state: _RunState = field(default_factory=_RunState)
 
     @property
+    def question_id(self) -> uuid.UUID | None:
+        """The stored question's id: the exchange's, or the late question's (written with its answer)."""
+        if self.exchange is not None:
+            return self.exchange.user_message_id
+        return self.late.user_message_id if self.late is not None else None
+
+    @property
     def stored(self) -> bool:
         return self.exchange is not None or self.late is not None
 
@@ -333,7 +340,7 @@ class AnswerRun:
             completion_tokens=state.usage.completion_tokens if state.usage else None,
             latency_ms=int((time.perf_counter() - self.started) * 1000),
             citations=citations,
-            question_id=self.exchange.user_message_id if self.exchange else self.late and self.late.user_message_id,
+            question_id=self.question_id,
             standalone=state.standalone,
         )
         message_id = uuid.UUID(self.stream.message_id)

@@ -115,7 +115,9 @@ async def run(
             result = await retriever.retrieve(turn.question, module=turn.module, earlier=earlier)
             in_context = _asking(turn, result)
             alone = (
-                in_context if not earlier else _asking(turn, await retriever.retrieve(turn.question, module=turn.module))
+                in_context
+                if not earlier
+                else _asking(turn, await retriever.retrieve(turn.question, module=turn.module))
             )
             rewrite = None
             if turn.standalone and number > 1:
@@ -197,7 +199,7 @@ def misses(outcomes: Sequence[TurnOutcome]) -> str:
         if o.turn.kind in ("follow_up", "switch") and (o.in_context.rank is None or o.in_context.declined):
             why = "declined" if o.in_context.declined else "miss"
             lines.append(f"{o.conversation}#{o.number} {why}: {o.turn.question!r} -> {o.in_context.standalone!r}")
-        elif o.rewrite is not None and o.rewrite.rank is not None and o.in_context.rank > o.rewrite.rank:
+        elif o.rewrite is not None and o.rewrite.rank is not None and (o.in_context.rank or 99) > o.rewrite.rank:
             lines.append(
                 f"{o.conversation}#{o.number} rank {o.in_context.rank} (rewrite {o.rewrite.rank}): "
                 f"{o.turn.question!r} -> {o.in_context.standalone!r}"
