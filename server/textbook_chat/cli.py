@@ -112,10 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         "eval", help="measure retrieval on a question set (hit@k, MRR, declines, scope) and the offline answer's facts"
     )
     evaluate.add_argument(
-        "questions",
-        type=Path,
-        help="a questions.jsonl file (shared/corpora/*/questions.jsonl format), or a conversation set "
-        "(docs/evaluation.md: each line a conversation's turns)",
+        "questions", type=Path, help="a question set (questions.jsonl) or a conversation set (docs/evaluation.md)"
     )
     evaluate.add_argument(
         "--misses", action="store_true", help="with a conversation set: list the later turns missed in context"
@@ -424,83 +421,25 @@ def _write_file(path: Path, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _is_conversation_set(path: Path) -> bool:
-    """Whether ``path`` holds conversations (its first line has ``turns``), not single questions."""
-    try:
-        with path.open(encoding="utf-8") as lines:
-            first = next((line for line in lines if line.strip()), "")
-        return isinstance(json.loads(first), dict) and "turns" in json.loads(first)
-    except (OSError, ValueError):
-        return False  # the question loader says what is wrong with it
-
-
-def _eval_conversations(args: argparse.Namespace, settings: Settings) -> int:
-    from textbook_chat.answer.generation import GenerationRequest, offline_generator
-    from textbook_chat.index.engine import IndexLocked
-    from textbook_chat.search import calibration, conversations
-    from textbook_chat.search.retrieval import Retrieval, Retriever
-    from textbook_chat.search.second_opinion import SecondOpinion
-
-    try:
-        sets = conversations.load(args.questions)
-    except (OSError, conversations.ConversationFileError) as exc:
-        raise UsageError(str(exc)) from None
-
-    async def run() -> tuple[list[conversations.TurnOutcome], str]:
-        async with _built_index(settings) as (index, embedder):
-            opinion = None
-            if not args.no_second_opinion:
-                opinion = SecondOpinion.load(await calibration.stored_thresholds(index, embedder))
-            retriever = Retriever(index, embedder, await calibration.stored(index, embedder), opinion)
-            generator = offline_generator(opinion.encoder if opinion else None, wait_s=math.inf)
-
-            async def answer(question: str, retrieval: Retrieval) -> str:
-                """The offline answer, as the server gives it: the next turn reads it as its history does."""
-                request = GenerationRequest(
-                    question=question,
-                    sources=retrieval.sources,
-                    history=(),
-                    mode=retrieval.mode,
-                    low_confidence=retrieval.level == "low",
-                    standalone=retrieval.standalone,
-                )
-                return await generator.answer_async(request)
-
-            try:
-                await retriever.warm()
-                return await conversations.run(retriever, sets, answer), embedder.name
-            finally:
-                if opinion is not None:
-                    opinion.close()
-
-    try:
-        outcomes, embedder_name = asyncio.run(run())
-    except IndexLocked as exc:
-        raise UsageError(str(exc)) from None
-    print(conversations.table(outcomes, title=f"{args.questions} ({embedder_name} embedder)"))
-    if args.misses:
-        print(conversations.misses(outcomes))
-    return 0
-
-
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
     from textbook_chat.answer import facts
     from textbook_chat.answer.generation import offline_generator
     from textbook_chat.index.engine import IndexLocked
-    from textbook_chat.search import calibration, evaluate
+    from textbook_chat.search import calibration, conversations, evaluate
     from textbook_chat.search.retrieval import Retriever
     from textbook_chat.search.second_opinion import SecondOpinion
 
     if args.save and not args.calibrate:
         raise UsageError("--save keeps the calibration --calibrate derives: give both")
-    if _is_conversation_set(args.questions):
-        return _eval_conversations(args, settings)
+    conversational = conversations.is_conversation_set(args.questions)  # a conversation set, else questions
     try:
-        questions = evaluate.load_questions(args.questions)
-    except (OSError, evaluate.QuestionFileError) as exc:
+        sets = conversations.load(args.questions) if conversational else []
+        questions = [] if conversational else evaluate.load_questions(args.questions)
+    except (OSError, evaluate.QuestionFileError, conversations.ConversationFileError) as exc:
         raise UsageError(str(exc)) from None
 
     answers: list[facts.AnswerOutcome] = []
+    turns: list[conversations.TurnOutcome] = []
 
     async def run() -> tuple[list[evaluate.Outcome], Retriever]:
         async with _built_index(settings) as (index, embedder):
@@ -508,12 +447,15 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
             if not args.no_second_opinion:
                 opinion = SecondOpinion.load(await calibration.stored_thresholds(index, embedder))
             retriever = Retriever(index, embedder, await calibration.stored(index, embedder), opinion)
+            # The offline answer orders its units with the second opinion's cross-encoder, as the server does.
+            generator = offline_generator(opinion.encoder if opinion else None, wait_s=math.inf)
             try:
+                if conversational:  # each turn's offline answer is the next turn's history, as in the server
+                    turns.extend(await conversations.run(retriever, sets, facts.offline_answer(generator)))
+                    return [], retriever
                 outcomes = await evaluate.run(
                     retriever, questions, module_aware=args.module_aware, judge_all=args.calibrate
                 )
-                # The offline answer orders its units with the second opinion's cross-encoder, as the server does.
-                generator = offline_generator(opinion.encoder if opinion else None, wait_s=math.inf)
                 answers.extend(await facts.run(retriever, generator, questions, module_aware=args.module_aware))
                 if args.save:
                     try:
@@ -529,6 +471,11 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
         outcomes, retriever = asyncio.run(run())
     except IndexLocked as exc:
         raise UsageError(str(exc)) from None
+    if conversational:
+        print(conversations.table(turns, title=f"{args.questions} ({retriever.embedder.name} embedder)"))
+        if args.misses:
+            print(conversations.misses(turns))
+        return 0
     figures = evaluate.figures(outcomes)
     title = f"{args.questions} ({retriever.embedder.name} embedder{', module-aware' if args.module_aware else ''})"
     print(evaluate.table(figures, title=title))

@@ -60,6 +60,16 @@ class TurnOutcome:
     rewrite: Asking | None = None
 
 
+def is_conversation_set(path: Path) -> bool:
+    """Whether ``path`` holds conversations (its first line has ``turns``), not single questions."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            first = json.loads(next((line for line in lines if line.strip()), "null"))
+        return isinstance(first, dict) and "turns" in first
+    except (OSError, ValueError):
+        return False  # the question loader says what is wrong with it
+
+
 def load(path: Path) -> list[Conversation]:
     conversations = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
