@@ -279,9 +279,11 @@ class Retriever:
         return self._finish(ranked, scope, query, unknown, notices, asked=asked)
 
     async def _readings(self, asked: Asked) -> list[tuple[list[float], Query]]:
-        """The question as asked, and in context when it takes context: embedded together (two threads)."""
-        if asked.standalone is None:
+        """The question as asked, and in context when it takes context: embedded together (two threads). A
+        fallback's first pass (``Asked.fallback``) is the question as asked alone, one embedding."""
+        if not asked.in_context:
             return [(await self.embedder.embed_query(asked.question), Query(asked.question))]
+        assert asked.standalone is not None
         alone, in_context = await asyncio.gather(
             self.embedder.embed_query(asked.question), self.embedder.embed_query(asked.standalone)
         )
