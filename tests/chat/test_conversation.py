@@ -89,3 +89,18 @@ async def test_the_model_gets_the_history_and_the_sources_retrieved_in_context(c
     assert CONNECT in prompt and f"{CONNECT} (Gazebo)" not in prompt  # the model reads the question as asked
     first_source = prompt[prompt.index('<source n="1"') :].split("</source>")[0]
     assert CONNECTING in first_source
+
+
+async def test_a_question_about_a_selection_takes_its_context_from_the_selection_not_the_session(
+    chat_server: Chat, clean_db: str
+) -> None:
+    selection = "Gazebo runs comfortably on a laptop CPU and integrates tightly with ROS 2 through ros_gz."
+    async with chat_server() as (client, _):
+        opened = await ask(client, "What is a ROS 2 service?")
+        meta = opened[0].json()
+        session = {"session_id": meta["session_id"], "session_token": meta["session_token"]}
+        stream = await read_all(
+            client, "POST", "/api/chat", json={"question": "What does it need?", "selected_text": selection, **session}
+        )
+    assert stream[0].json()["mode"] == "selection"
+    assert [q["standalone"] for q in questions(clean_db)] == [None, None]
