@@ -115,7 +115,10 @@ def _parser() -> argparse.ArgumentParser:
         "eval", help="measure retrieval on a question set (hit@k, MRR, declines, scope) and the offline answer's facts"
     )
     evaluate.add_argument(
-        "questions", type=Path, help="a questions.jsonl file (shared/corpora/*/questions.jsonl format)"
+        "questions", type=Path, help="a question set (questions.jsonl) or a conversation set (docs/evaluation.md)"
+    )
+    evaluate.add_argument(
+        "--misses", action="store_true", help="with a conversation set: list the later turns missed in context"
     )
     evaluate.add_argument("--module-aware", action="store_true", help="ask answerable questions within their module")
     evaluate.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON")
@@ -428,18 +431,21 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     from textbook_chat.answer import facts
     from textbook_chat.answer.generation import offline_generator
     from textbook_chat.index.engine import IndexLocked
-    from textbook_chat.search import calibration, evaluate
+    from textbook_chat.search import calibration, conversations, evaluate
     from textbook_chat.search.retrieval import Retriever
     from textbook_chat.search.second_opinion import SecondOpinion
 
     if args.save and not args.calibrate:
         raise UsageError("--save keeps the calibration --calibrate derives: give both")
+    conversational = conversations.is_conversation_set(args.questions)  # a conversation set, else questions
     try:
-        questions = evaluate.load_questions(args.questions)
-    except (OSError, evaluate.QuestionFileError) as exc:
+        sets = conversations.load(args.questions) if conversational else []
+        questions = [] if conversational else evaluate.load_questions(args.questions)
+    except (OSError, evaluate.QuestionFileError, conversations.ConversationFileError) as exc:
         raise UsageError(str(exc)) from None
 
     answers: list[facts.AnswerOutcome] = []
+    turns: list[conversations.TurnOutcome] = []
 
     async def run() -> tuple[list[evaluate.Outcome], Retriever]:
         async with _built_index(settings) as (index, embedder):
@@ -447,12 +453,15 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
             if not args.no_second_opinion:
                 opinion = SecondOpinion.load(await calibration.stored_thresholds(index, embedder))
             retriever = Retriever(index, embedder, await calibration.stored(index, embedder), opinion)
+            # The offline answer orders its units with the second opinion's cross-encoder, as the server does.
+            generator = offline_generator(opinion.encoder if opinion else None, wait_s=math.inf)
             try:
+                if conversational:  # each turn's offline answer is the next turn's history, as in the server
+                    turns.extend(await conversations.run(retriever, sets, facts.offline_answer(generator)))
+                    return [], retriever
                 outcomes = await evaluate.run(
                     retriever, questions, module_aware=args.module_aware, judge_all=args.calibrate
                 )
-                # The offline answer orders its units with the second opinion's cross-encoder, as the server does.
-                generator = offline_generator(opinion.encoder if opinion else None, wait_s=math.inf)
                 answers.extend(await facts.run(retriever, generator, questions, module_aware=args.module_aware))
                 if args.save:
                     try:
@@ -468,6 +477,11 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
         outcomes, retriever = asyncio.run(run())
     except IndexLocked as exc:
         raise UsageError(str(exc)) from None
+    if conversational:
+        print(conversations.table(turns, title=f"{args.questions} ({retriever.embedder.name} embedder)"))
+        if args.misses:
+            print(conversations.misses(turns))
+        return 0
     figures = evaluate.figures(outcomes)
     title = f"{args.questions} ({retriever.embedder.name} embedder{', module-aware' if args.module_aware else ''})"
     print(evaluate.table(figures, title=title))

@@ -43,7 +43,7 @@ def test_upgrade_downgrade_upgrade_round_trip(scratch_url: str) -> None:
     assert {
         "id", "session_id", "role", "content", "status", "mode", "module_filter", "selected_text", "confidence",
         "model", "prompt_tokens", "completion_tokens", "latency_ms", "feedback", "feedback_comment",
-        "client_request_id", "created_at",
+        "client_request_id", "created_at", "standalone",
     } == _columns(scratch_url, "chat_messages")  # fmt: skip
     report_tables = {"question_vectors", "gap_topics", "gap_topic_days", "question_days"}
     assert report_tables <= _tables(scratch_url)
@@ -109,3 +109,27 @@ def test_a_repeated_requests_question_and_answer_are_both_found_by_index(scratch
         )
     assert "Seq Scan" not in plan
     assert "ux_chat_messages_client_request" in plan and "ix_chat_messages_answer_request" in plan
+
+
+def test_the_standalone_form_is_kept_on_questions_only_and_goes_with_a_downgrade(scratch_url: str) -> None:
+    config = alembic_config(scratch_url)
+    command.upgrade(config, "0003")
+    session_id, before = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
+        conn.execute(
+            "INSERT INTO chat_messages (id, session_id, role, content) VALUES (%s, %s, 'user', 'What is Gazebo?')",
+            (before, session_id),
+        )
+    command.upgrade(config, "head")
+    insert = "INSERT INTO chat_messages (id, session_id, role, content, standalone) VALUES (%s, %s, %s, %s, %s)"
+    with psycopg.connect(scratch_url) as conn:
+        assert conn.execute("SELECT standalone FROM chat_messages WHERE id = %s", (before,)).fetchone() == (None,)
+        conn.execute(
+            insert, (uuid.uuid4(), session_id, "user", "How do I install it?", "How do I install it? (Gazebo)")
+        )
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(insert, (uuid.uuid4(), session_id, "assistant", "Like this.", "How do I install it? (Gazebo)"))
+    command.downgrade(config, "0003")
+    assert "standalone" not in _columns(scratch_url, "chat_messages")
+    assert len(_columns(scratch_url, "chat_messages")) == 17

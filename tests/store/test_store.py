@@ -87,6 +87,23 @@ async def test_the_prompts_turns_are_the_newest_questions_and_completed_answers_
     assert await store.recent_turns(uuid.uuid4(), limit=4) == []
 
 
+async def test_a_questions_standalone_form_is_written_with_its_answer_and_read_with_the_turns(store: Store) -> None:
+    session = await store.create_session()
+    first = await store.start_exchange(session.id, question="What is Gazebo?")
+    await store.finish_message(first.assistant_message_id, Completion("A simulator.", "complete"))
+    second = await store.start_exchange(session.id, question="How do I install it?")
+    standalone = "How do I install it? (Gazebo)"
+    done = Completion("With apt.", "complete", question_id=second.user_message_id, standalone=standalone)
+    await store.finish_message(second.assistant_message_id, done)
+    turns = await store.recent_turns(session.id, limit=10)
+    assert [(t.role, t.content, t.standalone) for t in turns] == [
+        ("user", "What is Gazebo?", None),
+        ("assistant", "A simulator.", None),
+        ("user", "How do I install it?", standalone),
+        ("assistant", "With apt.", None),
+    ]
+
+
 async def test_a_first_question_creates_its_session_in_the_same_statement(store: Store, clean_db: str) -> None:
     new = SessionToCreate.new(user_id="user-1", metadata={"caller": "digest"})
     exchange = await store.start_exchange(new.id, question="What is ZMP?", new_session=new)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from textbook_chat.answer.extract import LIST_MARKER
 if TYPE_CHECKING:
     from textbook_chat.answer.generation import ExtractiveGenerator
     from textbook_chat.search.evaluate import Question
-    from textbook_chat.search.retrieval import Retriever
+    from textbook_chat.search.retrieval import Retrieval, Retriever
 
 FACT_SHARE = 0.6
 
@@ -238,6 +238,25 @@ async def ask(
         )
         answer = await generator.answer_async(request)
     return score(question.id, question.kind, answer, question.answer_facts)
+
+
+def offline_answer(generator: ExtractiveGenerator) -> Callable[[str, Retrieval], Awaitable[str]]:
+    """The offline answer to a question retrieved as ``Retrieval`` (in its conversation or not), as the server
+    gives it: what a conversation set's next turn reads as its history (``search/conversations.py``)."""
+    from textbook_chat.answer.generation import GenerationRequest
+
+    async def answer(question: str, retrieval: Retrieval) -> str:
+        request = GenerationRequest(
+            question=question,
+            sources=retrieval.sources,
+            history=(),
+            mode=retrieval.mode,
+            low_confidence=retrieval.level == "low",
+            standalone=retrieval.standalone,
+        )
+        return await generator.answer_async(request)
+
+    return answer
 
 
 async def run(

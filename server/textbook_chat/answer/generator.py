@@ -53,6 +53,9 @@ class GenerationRequest:
     mode: str
     selected_text: str | None = None
     low_confidence: bool = False
+    # The question with the context retrieval took from the conversation (``search/context.py``): what the
+    # offline answer's cross-encoder reads; None when the question took none. The model reads the history.
+    standalone: str | None = None
 
 
 class Generator(Protocol):

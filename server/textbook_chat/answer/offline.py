@@ -102,7 +102,8 @@ class ExtractiveGenerator:
             return plan
         scores: list[float] | None = None
         if self.cross_encoder is not None and plan.worth_reading:
-            reading = self.cross_encoder.ascore(request.question, [u.scoring_text() for u in plan.to_read])
+            question = request.standalone or request.question
+            reading = self.cross_encoder.ascore(question, [u.scoring_text() for u in plan.to_read])
             try:
                 logits = await asyncio.wait_for(reading, self.cross_encoder_wait_s)
                 scores = [float(x) for x in logits]
@@ -122,7 +123,8 @@ class ExtractiveGenerator:
             return plan
         scores: list[float] | None = None
         if self.cross_encoder is not None and plan.worth_reading:
-            logits = self.cross_encoder.score(request.question, [u.scoring_text() for u in plan.to_read])
+            question = request.standalone or request.question
+            logits = self.cross_encoder.score(question, [u.scoring_text() for u in plan.to_read])
             scores = [float(x) for x in logits]
         return self._finish(request, plan, scores)
 

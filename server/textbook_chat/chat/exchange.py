@@ -24,7 +24,7 @@ from textbook_chat.chat.service import ChatService, Session, Started
 from textbook_chat.core import metrics
 from textbook_chat.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
 from textbook_chat.search.retrieval import CONTEXT_BUDGET_TOKENS
-from textbook_chat.store.rows import Exchange, LateQuestion, SessionToCreate, TurnRow, hash_token
+from textbook_chat.store.rows import Exchange, LateQuestion, SessionToCreate, hash_token
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +43,14 @@ async def start(
     The session token is sent once, in the response that created the session, and never again (replays and
     repeats omit it).
     """
-    # Retrieval needs nothing from the database and decides the first token: it starts before anything is
-    # read or written, runs while the session and the question are stored, and is dropped if the request is
-    # refused or turns out to be a repeat. The earlier turns are read beside the session's check (one round
-    # trip: its owner and its token budget) and dropped, unread, if the check refuses the question.
+    # Retrieval decides the first token: it starts before anything is written, runs while the session and the
+    # question are stored, and is dropped if the request is refused or turns out to be a repeat. A first
+    # question needs nothing from the database; a question in a session is retrieved in the context of its
+    # earlier questions, so the session's turns are read at once (one round trip, beside the session's check:
+    # its owner and its token budget) and dropped, unread, if the check refuses the question.
     started = time.perf_counter()
-    retrieval = asyncio.create_task(retrieve(chat, question))
-    history: asyncio.Task[list[TurnRow]] | None = None
+    history = asyncio.create_task(earlier_turns(chat, question.session.id))
+    retrieval = asyncio.create_task(retrieve(chat, question, history))
     try:
         await asyncio.sleep(0)  # one turn of the loop: the question's embedding starts before any query is sent
         if question.module is not None:
@@ -57,6 +58,7 @@ async def start(
         repeated = await _repeated_request(chat, question)
         if repeated is not None:  # a double click or a retry: attach, and create no second session
             discard(retrieval)
+            discard(history)
             return Started(
                 repeated.assistant_message_id,
                 repeated.session_id,
@@ -66,17 +68,14 @@ async def start(
             )
         notices: list[tuple[str, str]] = []
         asked_at = datetime.now(UTC)
-        history = asyncio.create_task(earlier_turns(chat, question.session.id))
         session = await _session(chat, question, notices)
         session, exchange = await _exchange(chat, session, question, notices)
         if exchange is not None and exchange.session_id != session.id:
             raise Conflict("This client_request_id was already used in another conversation.")
     except BaseException:
         discard(retrieval)
-        if history is not None:
-            discard(history)
+        discard(history)
         raise
-    assert history is not None  # set once the session is known, which the try above either reached or raised
     message_id = exchange.assistant_message_id if exchange else uuid.uuid4()
     # The database could not take the question in time: it goes to the answer writer with its answer.
     late = None if chat.store is None or exchange is not None else _late(chat, question, session, asked_at)

@@ -30,6 +30,7 @@ from textbook_chat.chat.question import Question
 from textbook_chat.chat.service import ChatService, Session
 from textbook_chat.core import logs, metrics
 from textbook_chat.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
+from textbook_chat.search.context import Earlier
 from textbook_chat.search.retrieval import Retrieval, Source
 from textbook_chat.store.rows import Citation, Completion, Exchange, LateQuestion, TurnRow
 from textbook_chat.store.writes import AnswerWriter
@@ -55,6 +56,7 @@ class _RunState:
     confidence: float | None = None
     model: str | None = None
     usage: Usage | None = None
+    standalone: str | None = None  # the question with the context its retrieval took, stored with it
 
 
 @dataclass
@@ -72,6 +74,13 @@ class AnswerRun:
     notices: list[tuple[str, str]]  # notices of the bookkeeping (history off or down), published with ``meta``
     started: float  # ``time.perf_counter()`` when the question was accepted: the timings count from here
     state: _RunState = field(default_factory=_RunState)
+
+    @property
+    def question_id(self) -> uuid.UUID | None:
+        """The stored question's id: the exchange's, or the late question's (written with its answer)."""
+        if self.exchange is not None:
+            return self.exchange.user_message_id
+        return self.late.user_message_id if self.late is not None else None
 
     @property
     def stored(self) -> bool:
@@ -93,6 +102,7 @@ class AnswerRun:
         stream.hold_terminal = self.stored and chat.store is not None
         try:
             retrieval = await retrieving
+            state.standalone = retrieval.standalone if retrieval is not None else None
             if retrieval is None:
                 await self._answer_from_faq()
             elif retrieval.declined:
@@ -243,6 +253,7 @@ class AnswerRun:
             mode=retrieval.mode,
             selected_text=self.question.selected_text,
             low_confidence=retrieval.level == "low",
+            standalone=retrieval.standalone,
         )
         first_token_ms: float | None = None
         finish_reason = "stop"
@@ -329,6 +340,8 @@ class AnswerRun:
             completion_tokens=state.usage.completion_tokens if state.usage else None,
             latency_ms=int((time.perf_counter() - self.started) * 1000),
             citations=citations,
+            question_id=self.question_id,
+            standalone=state.standalone,
         )
         message_id = uuid.UUID(self.stream.message_id)
         written = writer.submit(message_id, completion, self.late)
@@ -353,14 +366,34 @@ async def earlier_turns(chat: ChatService, session_id: uuid.UUID | None) -> list
         return []
 
 
-async def retrieve(chat: ChatService, question: Question) -> Retrieval | None:
-    """Retrieval, or None when it is down (the FAQ answers instead)."""
+def earlier_questions(turns: list[TurnRow], asked: str) -> list[Earlier]:
+    """The session's earlier questions, oldest first, each with the standalone form its retrieval used; this
+    question's own row, read beside its write, is left out (the last turn, unanswered, with its words)."""
+    if turns and turns[-1].role == "user" and turns[-1].content == asked:
+        turns = turns[:-1]
+    earlier: list[Earlier] = []
+    for turn, after in zip(turns, [*turns[1:], None], strict=True):
+        if turn.role == "user":
+            answer = after.content if after is not None and after.role == "assistant" else ""
+            earlier.append(Earlier(turn.content, turn.standalone, answer))
+    return earlier
+
+
+async def retrieve(
+    chat: ChatService, question: Question, reading: asyncio.Task[list[TurnRow]] | None = None
+) -> Retrieval | None:
+    """Retrieval, or None when it is down (the FAQ answers instead). A question asked in a session is read in the
+    context of its earlier questions (``reading``: the session's turns); a first question waits for nothing."""
     if chat.retriever is None:
         return None
     started = time.perf_counter()
     try:
+        earlier: list[Earlier] = []
+        if reading is not None and question.session.id is not None and not question.selected_text:
+            # Shielded: this retrieval's cancellation must not cancel the read the prompt's history awaits too.
+            earlier = earlier_questions(await _turns_or_none(reading), question.text)
         return await chat.retriever.retrieve(
-            question.text, module=question.module, selected_text=question.selected_text
+            question.text, module=question.module, selected_text=question.selected_text, earlier=earlier
         )
     except ServiceUnavailable as exc:
         log.warning("retrieval unavailable (%s); answering from the FAQ", exc.code)
@@ -369,6 +402,14 @@ async def retrieve(chat: ChatService, question: Question) -> Retrieval | None:
     finally:
         metrics.RETRIEVAL_SECONDS.observe(time.perf_counter() - started)
     return None
+
+
+async def _turns_or_none(reading: asyncio.Task[list[TurnRow]]) -> list[TurnRow]:
+    """The session's turns, or none when they cannot be read: the question is then retrieved as asked."""
+    try:
+        return await asyncio.shield(reading)
+    except Exception:  # earlier_turns already gives none when the database is down; anything else, logged there
+        return []
 
 
 PERSIST_WAIT_S = 2.0  # how long `done` waits for the answer to be in Postgres

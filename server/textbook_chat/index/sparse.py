@@ -89,8 +89,8 @@ def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
 
 
 def content(text: str) -> list[str]:
-    """A question's words about its subject (at most ``MAX_QUERY_TERMS``): its terms less the asking words and
-    those under three letters."""
+    """A question's content terms, in order and once each (at most ``MAX_QUERY_TERMS``): its terms less the words
+    that say what kind of question it is (``_ASKING``) and the one- and two-letter ones; what it is about."""
     return [t for t in bounded(terms(text)) if t not in _ASKING and len(t) > 2]
 
 

@@ -104,7 +104,11 @@ async def read(
     gap_ids = [q.id for q in rows if q.reasons]
     if gap_ids:
         async with conn.cursor() as cur:
-            await cur.execute("SELECT id, content FROM chat_messages WHERE id = ANY(%s)", (gap_ids,))
+            # A follow-up is grouped under what it was about: its standalone form ("How do I install it?
+            # (Gazebo)"), the question with the context its retrieval took, where it took any.
+            await cur.execute(
+                "SELECT id, COALESCE(standalone, content) FROM chat_messages WHERE id = ANY(%s)", (gap_ids,)
+            )
             texts = dict(await cur.fetchall())
         for q in rows:
             if q.reasons:

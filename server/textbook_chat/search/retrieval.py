@@ -8,6 +8,7 @@ follows DESIGN.md's adaptive rules. Where confidence is in doubt, the cross-enco
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -18,8 +19,9 @@ from textbook_chat.core.errors import RetrievalUnavailable
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
 from textbook_chat.index.vectors import Hit, VectorIndex
-from textbook_chat.search import confidence, passages
+from textbook_chat.search import confidence, context, passages
 from textbook_chat.search.confidence import Calibration, Level
+from textbook_chat.search.context import Asked, Earlier
 from textbook_chat.search.rerank import CONTEXT_BUDGET_TOKENS as CONTEXT_BUDGET_TOKENS
 from textbook_chat.search.rerank import (
     Candidate,
@@ -120,6 +122,7 @@ class Retrieval:
     unknown_terms: tuple[str, ...] = ()  # names, then specific terms, in the question that the book never uses
     unscaled: float = 0.0  # the common-scale confidence before the names / terms factor
     second_opinion: Verdict | None = None  # the cross-encoder's, where it was asked
+    standalone: str | None = None  # the question with the context it took (``context.py``); None: as asked
 
     @property
     def declined(self) -> bool:
@@ -147,13 +150,29 @@ class Retriever:
         self._terms: dict[tuple[str, str], frozenset[str]] = {}
 
     async def retrieve(
-        self, question: str, *, module: str | None = None, selected_text: str | None = None
+        self,
+        question: str,
+        *,
+        module: str | None = None,
+        selected_text: str | None = None,
+        earlier: Sequence[Earlier] = (),
     ) -> Retrieval:
+        """``earlier``: the session's earlier questions, oldest first; a follow-up is read in their context
+        (``context.py``). A selection is its own context, and the module filter applies as sent."""
         started = time.perf_counter()
         if selected_text:
             result = await self._selection(question, selected_text, module)
         else:
-            result = await self._reconsider(question, await self._textbook(question, module))
+            asked = context.read(question, earlier)
+            result = await self._textbook(asked, module)
+            if asked.fallback and result.level in ("none", "low"):
+                # Common words the book answers weakly alone: read them in the conversation's context too.
+                fallback = asked.contextual()
+                in_context = await self._textbook(fallback, module)
+                if in_context.confidence > result.confidence:
+                    result, asked = in_context, fallback
+            result = await self._reconsider(asked.standalone or question, result)
+            result = replace(result, standalone=asked.standalone if asked.in_context else None)
         return replace(result, timings_ms={"retrieval": round((time.perf_counter() - started) * 1000, 2)})
 
     async def evidence(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> float:
@@ -255,28 +274,28 @@ class Retriever:
 
     # -- textbook mode ----------------------------------------------------------------------------
 
-    async def _textbook(self, question: str, module: str | None) -> Retrieval:
-        dense = await self.embedder.embed_query(question)
-        query = Query(question)
-        ranked = await self._search(dense, query, module)
-        unknown = await self._unknown_names(query, ranked)
+    async def _textbook(self, asked: Asked, module: str | None) -> Retrieval:
+        readings = await self._readings(asked)
+        query = readings[0][1]
+        ranked = await self._search_read(readings, asked, module)
+        unknown = await self._unknown_names(query, ranked, asked)
         if module is None:
-            return self._finish(ranked, Scope(requested_module=None, searched="all"), query, unknown)
+            return self._finish(ranked, Scope(requested_module=None, searched="all"), query, unknown, asked=asked)
 
-        filtered_confidence = self._confidence(diversify(ranked, TOP_K), query, unknown)
+        filtered_confidence = self._confidence(diversify(ranked, TOP_K), query, unknown, asked)
         unfiltered: list[Candidate] | None = None
         unfiltered_confidence: float | None = None
         if filtered_confidence < confidence.PARTIAL_FILTER:
-            unfiltered = await self._search(dense, query, None)
-            unknown_all = await self._unknown_names(query, unfiltered)
-            unfiltered_confidence = self._confidence(diversify(unfiltered, TOP_K), query, unknown_all)
+            unfiltered = await self._search_read(readings, asked, None)
+            unknown_all = await self._unknown_names(query, unfiltered, asked)
+            unfiltered_confidence = self._confidence(diversify(unfiltered, TOP_K), query, unknown_all, asked)
         decision = confidence.filter_decision(filtered_confidence, unfiltered_confidence)
         name = await self._module_title(module)  # readers see the module's title, not its folder id
         if decision == "widened":
             assert unfiltered is not None
             note = f"Little about this in {name}; searched the whole book instead."
             scope = Scope(module, "all", decision, note)
-            return self._finish(unfiltered, scope, query, unknown_all, [Notice("scope_widened", note)])
+            return self._finish(unfiltered, scope, query, unknown_all, [Notice("scope_widened", note)], asked=asked)
         scope = Scope(module, "module", decision)
         notices: list[Notice] = []
         if decision == "partial":
@@ -287,7 +306,25 @@ class Retriever:
             note = f"{name} has little on this. Remove the module filter to search the whole book."
             scope = replace(scope, note=note)
             notices.append(Notice("scope_limited", note))
-        return self._finish(ranked, scope, query, unknown, notices)
+        return self._finish(ranked, scope, query, unknown, notices, asked=asked)
+
+    async def _readings(self, asked: Asked) -> list[tuple[list[float], Query]]:
+        """The question as asked, and in context when it takes context: embedded together (two threads). A
+        fallback's first pass (``Asked.fallback``) is the question as asked alone, one embedding."""
+        if not asked.in_context:
+            return [(await self.embedder.embed_query(asked.question), Query(asked.question))]
+        assert asked.standalone is not None
+        alone, in_context = await asyncio.gather(
+            self.embedder.embed_query(asked.question), self.embedder.embed_query(asked.standalone)
+        )
+        return [(alone, Query(asked.question)), (in_context, Query(asked.standalone))]
+
+    async def _search_read(
+        self, readings: Sequence[tuple[list[float], Query]], asked: Asked, module: str | None
+    ) -> list[Candidate]:
+        """``_search`` for each reading of the question, fused (``context.fuse``) when there are two."""
+        ranked = [await self._search(dense, query, module) for dense, query in readings]
+        return ranked[0] if len(ranked) == 1 else context.fuse(ranked[0], ranked[1], asked)
 
     async def module_ids(self) -> list[str]:
         """The ids of the modules in the index, in book order; empty when it cannot say (no index, or it is down)."""
@@ -360,10 +397,14 @@ class Retriever:
             self._terms[key] = terms
         return terms
 
-    async def _unknown_names(self, query: Query, ranked: Sequence[Candidate]) -> tuple[str, ...]:
+    async def _unknown_names(
+        self, query: Query, ranked: Sequence[Candidate], asked: Asked | None = None
+    ) -> tuple[str, ...]:
         """What the question names, and its informative terms, that the book never mentions (checked in the
-        candidates, then the whole book)."""
+        candidates, then the whole book); in context, its own content terms too (``known``)."""
         wanted = [*query.names, *(t for t in query.informative if t not in query.names)]
+        if asked is not None and asked.in_context:
+            wanted += [t for t in asked.own_terms if t not in wanted]
         missing = [term for term in wanted if not any(term in c.terms for c in ranked)]
         if not missing:
             return ()
@@ -371,8 +412,10 @@ class Retriever:
 
     # -- shared -----------------------------------------------------------------------------------
 
-    def _confidence(self, kept: Sequence[Candidate], query: Query, unknown: Sequence[str]) -> float:
-        return confidence.score([c.relevance for c in kept], self.calibration, known=known_share(query, unknown))
+    def _confidence(
+        self, kept: Sequence[Candidate], query: Query, unknown: Sequence[str], asked: Asked | None = None
+    ) -> float:
+        return confidence.score([c.relevance for c in kept], self.calibration, known=known(query, unknown, asked))
 
     def _finish(
         self,
@@ -381,11 +424,13 @@ class Retriever:
         query: Query,
         unknown: Sequence[str],
         notices: Sequence[Notice] = (),
+        *,
+        asked: Asked | None = None,
     ) -> Retrieval:
         kept = diversify(ranked, TOP_K)
-        known = known_share(query, unknown)
-        similarity = confidence.weighted_similarity([c.relevance for c in kept]) * known
-        score = confidence.score([c.relevance for c in kept], self.calibration, known=known)
+        share = known(query, unknown, asked)
+        similarity = confidence.weighted_similarity([c.relevance for c in kept]) * share
+        score = confidence.score([c.relevance for c in kept], self.calibration, known=share)
         lvl = confidence.level(score)
         candidates = _sources(kept)
         if lvl == "none":
@@ -409,6 +454,16 @@ class Retriever:
             unknown_terms=tuple(unknown),
             unscaled=confidence.score([c.relevance for c in kept], self.calibration),
         )
+
+
+def known(query: Query, unknown: Sequence[str], asked: Asked | None = None) -> float:
+    """``known_share`` of the question as asked; a follow-up read in context also loses evidence for its own
+    content terms the book never uses ("and how do I cook pasta?"): the context's subject is not its subject."""
+    share = known_share(query, unknown)
+    if asked is None or not asked.in_context or not asked.own_terms:
+        return share
+    missing = len({u for u in unknown if u in asked.own_terms})
+    return min(share, 1.0 - missing / len(set(asked.own_terms)))  # not squared: "besides" is not a subject
 
 
 def _renumbered(sources: Sequence[Source]) -> tuple[Source, ...]:

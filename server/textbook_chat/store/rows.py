@@ -95,6 +95,7 @@ class TurnRow:
     id: uuid.UUID
     role: Role
     content: str
+    standalone: str | None = None  # a question's standalone form, as retrieval read it in its session
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,10 @@ class Completion:
     completion_tokens: int | None = None
     latency_ms: int | None = None
     citations: Sequence[Citation] = ()
+    # The question answered (its message id) and the standalone form retrieval used for it, written to it
+    # with the answer; None when the question took no context from its session.
+    question_id: uuid.UUID | None = None
+    standalone: str | None = None
 
 
 @dataclass(frozen=True)

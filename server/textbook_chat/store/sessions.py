@@ -234,6 +234,10 @@ class Store(Database):
                         for message_id, c in batch
                     ],
                 )
+                await cur.executemany(  # the standalone form a question's retrieval used, kept with it
+                    "UPDATE chat_messages SET standalone = %s WHERE id = %s AND role = 'user'",
+                    [(c.standalone, c.question_id) for _, c in batch if c.standalone and c.question_id],
+                )
             await self._add_citations(conn, [(message_id, c) for message_id, done in batch for c in done.citations])
             await conn.execute(
                 "UPDATE chat_sessions SET last_activity_at = now() "
@@ -296,7 +300,7 @@ class Store(Database):
         history: no citations, and none of the empty or unfinished answers ``history`` also lists)."""
         rows = await self._fetchall(
             """
-            SELECT id, role, content FROM chat_messages
+            SELECT id, role, content, standalone FROM chat_messages
             WHERE session_id = %s AND content <> '' AND (role = 'user' OR status = 'complete')
             ORDER BY created_at DESC, role ASC
             LIMIT %s
@@ -486,15 +490,8 @@ _MESSAGE_COLUMNS = (
 
 
 def _late_fields(question: LateQuestion) -> dict[str, Any]:
-    return {
-        "session_id": question.session_id,
-        "token_hash": question.token_hash,
-        "user_id": question.user_id,
-        "user_message_id": question.user_message_id,
-        "question": question.question,
-        "mode": question.mode,
-        "module_filter": question.module_filter,
-        "selected_text": question.selected_text,
-        "client_request_id": question.client_request_id,
-        "asked_at": question.asked_at,
-    }
+    return {name: getattr(question, name) for name in _LATE_FIELDS}
+
+
+_LATE_FIELDS = ("session_id", "token_hash", "user_id", "user_message_id", "question", "mode", "module_filter",
+                "selected_text", "client_request_id", "asked_at")  # fmt: skip

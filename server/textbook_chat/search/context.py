@@ -1,0 +1,155 @@
+"""A question in its conversation, offline: how much of the earlier questions' subject it needs, the standalone
+form retrieval searches with (the question and the subject it took: historical query expansion, no model call),
+and the fusion of the question read alone with the question read in context.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from textbook_chat.index import sparse
+from textbook_chat.search.rerank import Candidate
+
+# Words that point back at something said before: a question holding one reads its subject from the conversation.
+_POINTING = frozenset(
+    """it its it's itself they them their theirs themselves this that these those one ones former latter other
+    others another second first third last previous above same such then he she him her""".split()
+)
+# Openings of an ellipsis: "and its limits?", "what about actions?", "or the other way round?"
+_ELLIPSIS = re.compile(r"^\s*(?:and|or|but|also|so|what about|how about|same for|and what about)\b", re.I)
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\-/]*[A-Za-z0-9+]|[A-Za-z0-9]")
+SUBJECT_WORDS = 8  # the subject carried forward: at most this many words, the newest first
+CONTEXT_WEIGHT = 1.0  # a question pointing back: its reading in context counts fully in the fusion, and its
+ALONE_WEIGHT = 0.25  # own words this much for each content term (and the base), up to the same weight: the more
+# it says of its own, the more it may have moved on ("what does the Module 3 assignment ask me to build with it?")
+PARTIAL_WEIGHT = 1.0  # a fallback: both readings count alike
+ANSWER_NAMES = 3  # names of the last answer carried forward, after the subject of the question before
+ANSWER_NAME_MIN = 2  # ... each named at least this often in it
+_MARKERS = re.compile(r"\[\d+\]|\]\([^)]*\)")  # citation markers and link targets say nothing of the subject
+_RRF_K = 10  # reciprocal-rank fusion over the CANDIDATES of each reading
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """An earlier question of the session: as asked, the standalone form retrieval used for it (if any), and the
+    answer it got (what "the other one" or "the second format" may point into)."""
+
+    question: str
+    standalone: str | None = None
+    answer: str = ""
+
+    @property
+    def text(self) -> str:
+        return self.standalone or self.question
+
+
+@dataclass(frozen=True)
+class Asked:
+    """How one question is read: ``standalone`` is None when it takes no context (a first question, a question
+    that names its own subject: a topic switch); else the question with the subject it took. A question of
+    common words and no pointing word is searched alone first, and in context only if the book answers it
+    weakly alone (``fallback``)."""
+
+    question: str
+    standalone: str | None = None
+    context_weight: float = 0.0  # how much the reading in context counts in the fusion
+    alone_weight: float = 1.0  # how much the question as asked counts
+    own_terms: tuple[str, ...] = ()  # its own content terms: a follow-up the book does not answer has none of them
+    fallback: bool = False  # read in context only when alone it is declined or of low confidence
+
+    @property
+    def in_context(self) -> bool:
+        return self.standalone is not None and self.context_weight > 0
+
+    def contextual(self) -> Asked:
+        """The fallback: the same question read in context, both readings weighed alike."""
+        return replace(self, context_weight=PARTIAL_WEIGHT, fallback=False)
+
+
+def read(question: str, earlier: Sequence[Earlier]) -> Asked:
+    """The question as retrieval reads it, given the session's earlier questions (oldest first)."""
+    if not earlier:
+        return Asked(question)
+    own = sparse.content(question)
+    pointing = _points_back(question)
+    if not pointing and sparse.names(question):
+        return Asked(question)  # a topic switch is never drowned by the topic before it
+    last = earlier[-1]
+    subject = _subject(last.text, exclude=own)
+    named = _answer_names(last.answer, exclude=[*own, *sparse.terms(subject)])
+    subject = " ".join(filter(None, (subject, named)))
+    if not subject:
+        return Asked(question)
+    standalone = f"{question.strip()} ({subject})"
+    if pointing or len(own) < 2:
+        return Asked(question, standalone, CONTEXT_WEIGHT, _alone_weight(question, own), tuple(own))
+    return Asked(question, standalone, own_terms=tuple(own), fallback=True)
+
+
+def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Asked) -> list[Candidate]:
+    """The two readings' ranked candidates in one list, by weighted reciprocal-rank fusion; a passage found by
+    both keeps the higher relevance (what confidence reads)."""
+    fused: dict[str, Candidate] = {}
+    score: dict[str, float] = {}
+    for weight, ranked in ((asked.alone_weight, alone), (asked.context_weight, in_context)):
+        for position, candidate in enumerate(ranked, start=1):
+            key = candidate.hit.id
+            score[key] = score.get(key, 0.0) + weight / (_RRF_K + position)
+            kept = fused.get(key)
+            if kept is None or candidate.relevance > kept.relevance:
+                fused[key] = candidate
+    ordered = sorted(fused, key=lambda key: -score[key])
+    return [replace(fused[key], rank_score=round(score[key], 6)) for key in ordered]
+
+
+def _alone_weight(question: str, own: Sequence[str]) -> float:
+    if sparse.names(question):
+        return CONTEXT_WEIGHT
+    return min(CONTEXT_WEIGHT, ALONE_WEIGHT * (1 + len(own)))
+
+
+def _points_back(question: str) -> bool:
+    words = [w.lower() for w in _WORD.findall(question)]
+    return bool(_ELLIPSIS.match(question)) or any(w in _POINTING for w in words)
+
+
+def _answer_names(answer: str, *, exclude: Sequence[str]) -> str:
+    """The names the last answer used most (``sparse.names``: ``URDF``, ``Isaac Sim``), ANSWER_NAMES at most,
+    in their casing: what "the other one" may be, when the question before did not name it."""
+    if not answer:
+        return ""
+    counts: dict[str, int] = {}
+    spelled: dict[str, str] = {}
+    skip = set(exclude)
+    for name in sparse.names(_MARKERS.sub(" ", answer)):
+        if name not in skip:
+            counts[name] = 0
+    for word in _WORD.findall(answer):
+        key = word.lower()
+        if key in counts:
+            counts[key] += 1
+            if word[0].isupper() or not word.isalpha():
+                spelled.setdefault(key, word)  # as a name is written, not as the word at the start of a list
+    best = sorted((n for n in spelled if counts[n] >= ANSWER_NAME_MIN), key=lambda n: -counts[n])[:ANSWER_NAMES]
+    return " ".join(spelled[n] for n in best)
+
+
+def _subject(text: str, *, exclude: Sequence[str]) -> str:
+    """The salient words of an earlier question's standalone form, in its order and casing: names, and the
+    content words (``sparse.content``), less what the new question already says; the newest part first."""
+    wanted = set(sparse.content(text)) - set(exclude)
+    words: list[str] = []
+    seen: set[str] = set()
+    for word in _WORD.findall(text):
+        parts = sparse.terms(word)
+        key = word.lower()
+        if key in seen:
+            continue
+        if any(p in wanted for p in parts) or (word.isdigit() and words):
+            words.append(word)
+            seen.add(key)
+        if len(words) == SUBJECT_WORDS:
+            break
+    return " ".join(words)

@@ -1,0 +1,79 @@
+"""How a question is read in its conversation (``search/context.py``): which questions take the earlier subject,
+what the standalone form holds, and how the two readings' candidates are fused."""
+
+from __future__ import annotations
+
+from textbook_chat.index.vectors import Hit
+from textbook_chat.search import context
+from textbook_chat.search.context import Earlier
+from textbook_chat.search.rerank import Candidate
+
+GAZEBO = [Earlier("What is Gazebo Harmonic?")]
+
+
+def test_a_first_question_is_read_as_asked() -> None:
+    asked = context.read("How do I install it?", [])
+    assert asked.standalone is None and not asked.in_context
+
+
+def test_a_pronoun_takes_the_subject_of_the_question_before() -> None:
+    asked = context.read("How do I install it?", GAZEBO)
+    assert asked.standalone == "How do I install it? (Gazebo Harmonic)"
+    assert asked.context_weight > asked.alone_weight and asked.own_terms == ("install",)
+
+
+def test_an_ellipsis_takes_the_subject_too() -> None:
+    asked = context.read("And actions?", [Earlier("What are services in ROS 2?")])
+    assert asked.standalone == "And actions? (services ROS 2)"
+
+
+def test_a_question_naming_its_own_subject_takes_no_context() -> None:
+    """A topic switch is never drowned by the topic before it: it is read exactly as a first question is."""
+    switches = ("What is the Zero Moment Point?", "How do I implement a service client in ROS 2?", "What is DDS?")
+    for switch in switches:
+        assert context.read(switch, GAZEBO) == context.read(switch, [])
+
+
+def test_a_question_of_one_content_word_takes_the_subject() -> None:
+    asked = context.read("Any prerequisites?", [Earlier("What is the Module 2 assignment?")])
+    assert asked.standalone == "Any prerequisites? (Module 2 assignment)" and asked.in_context
+
+
+def test_common_words_without_a_pointing_word_are_read_in_context_only_as_a_fallback() -> None:
+    """ "What is the capture point?" after a question about topics is a switch in common words: searched alone,
+    and in context only when the book answers it weakly alone (``Retriever.retrieve``)."""
+    asked = context.read("What is the capture point?", [Earlier("What is a ROS 2 topic?")])
+    assert asked.fallback and not asked.in_context
+    fallback = asked.contextual()
+    assert fallback.in_context and fallback.context_weight == fallback.alone_weight
+    assert fallback.standalone == "What is the capture point? (ROS 2 topic)"
+
+
+def test_the_subject_carries_through_a_third_turn_from_the_standalone_form_before() -> None:
+    """The second turn's standalone form holds the first subject, so "its" in the third still finds it."""
+    second = context.read("How do I install it?", GAZEBO)
+    third = context.read(
+        "And what are its system requirements?", [*GAZEBO, Earlier(second.question, second.standalone)]
+    )
+    assert third.standalone is not None and "Gazebo Harmonic" in third.standalone and "install" in third.standalone
+
+
+def test_the_subject_carried_forward_is_bounded_and_newest_first() -> None:
+    long = Earlier("How do simulators model contact friction damping stiffness restitution and solver iterations?")
+    asked = context.read("Why does it matter?", [long])
+    assert asked.standalone is not None
+    subject = asked.standalone.removeprefix("Why does it matter? (").removesuffix(")").split()
+    assert len(subject) == context.SUBJECT_WORDS and subject[0] == "simulators"
+
+
+def test_fusion_ranks_what_both_readings_found_first_and_keeps_the_higher_relevance() -> None:
+    def candidate(point: str, relevance: float) -> Candidate:
+        return Candidate(Hit(id=point, fused_score=0.0, dense_score=relevance, payload={}), relevance, relevance)
+
+    alone = [candidate("install-ros", 0.6), candidate("gazebo-install", 0.4)]
+    in_context = [candidate("gazebo-install", 0.7), candidate("gazebo-intro", 0.65)]
+    asked = context.read("How do I install it?", GAZEBO)
+    fused = context.fuse(alone, in_context, asked)
+    assert [c.hit.id for c in fused][0] == "gazebo-install"
+    assert fused[0].relevance == 0.7
+    assert {c.hit.id for c in fused} == {"install-ros", "gazebo-install", "gazebo-intro"}
