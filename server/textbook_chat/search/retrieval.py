@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from textbook_chat.core.errors import RetrievalUnavailable
+from textbook_chat.core.modes import Mode
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
 from textbook_chat.index.vectors import Hit, VectorIndex
@@ -45,7 +46,6 @@ _SELECTION_BOOST = 0.3
 # for the GIL and a core (bench/chat.py). Larger indexes search in a thread so the loop is not held.
 _TERMS_CACHE = 20_000  # chunks whose keyword terms the rerank keeps (a book has a few thousand)
 
-Mode = Literal["textbook", "selection"]
 NoticeCode = Literal["low_confidence", "scope_widened", "scope_partial", "scope_limited"]
 
 
