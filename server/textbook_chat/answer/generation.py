@@ -2,7 +2,7 @@
 
 Both yield ``Token``, ``GenNotice`` and one final ``Finished``. Third-party errors stop here: the OpenAI
 generator retries once on timeout/5xx, backs off on 429 honouring ``Retry-After``, then falls back to
-extraction with a notice (DESIGN.md "Generation"); callers never see an ``openai`` exception.
+extraction with a notice (docs/sse-protocol.md "Notice codes"); callers never see an ``openai`` exception.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def create_generator(settings: Settings, *, cross_encoder: CrossEncoder | None =
     client = openai.AsyncOpenAI(
         api_key=settings.openai_api_key.reveal(),
         base_url=settings.openai_base_url,
-        # Explicit everywhere: the SDK's own default is 600 s (DESIGN.md "Settings"). Between two streamed
+        # Explicit everywhere: the SDK's own default is 600 s (docs/settings.md "Timeouts"). Between two streamed
         # chunks the read timeout applies, so a stalled stream fails after LLM_TIMEOUT_S too.
         timeout=openai.Timeout(settings.llm_timeout_s, connect=min(5.0, settings.llm_timeout_s)),
         max_retries=0,  # our own policy below: one retry, Retry-After, then the offline generator

@@ -1,7 +1,7 @@
 """The chat model's messages: rules, the history that fits, and the numbered sources delimited as data.
 
 Retrieved text and the reader's selection are quoted inside ``<source>``/``<selection>`` elements and the
-rules say that nothing inside them is an instruction (DESIGN.md "Generation").
+rules say that nothing inside them is an instruction (docs/architecture.md "The path of one question").
 """
 
 from __future__ import annotations

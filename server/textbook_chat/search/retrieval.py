@@ -2,7 +2,7 @@
 
 Plain values in, dataclasses out (no Starlette). Confidence (``confidence.py``) comes from the kept
 sources' relevance (dense cosine plus keyword coverage) and the names the book knows; the module filter
-follows DESIGN.md's adaptive rules. Where confidence is in doubt, the cross-encoder's second opinion
+follows the adaptive rules of docs/evaluation.md "Confidence". Where confidence is in doubt, the cross-encoder's second opinion
 (``second_opinion.py``) may decline or answer after all, and orders the candidates it read.
 """
 
@@ -72,7 +72,7 @@ class Source:
         return " > ".join(self.heading_path) + "\n" + self.text
 
     def event(self) -> dict[str, Any]:
-        """The ``sources`` event entry (DESIGN.md SSE protocol)."""
+        """The ``sources`` event entry (docs/sse-protocol.md)."""
         return {
             "n": self.n,
             "chunk_id": self.chunk_id,
