@@ -201,7 +201,7 @@ def _blocks(text: str) -> list[_Block]:
         heading = _HEADING.match(line)
         if heading:
             blocks.append(_Block("heading", [heading.group(1)]))
-        elif not line.strip() or _SKIP_LINE.match(line) or _is_navigation(line):
+        elif not line.strip() or _SKIP_LINE.match(line) or is_navigation(line):
             if blocks and blocks[-1].kind == "para" and blocks[-1].lines:
                 blocks.append(_Block("para", []))  # a paragraph ends here; the next line starts another
         elif _TABLE.match(line):
@@ -253,7 +253,7 @@ def _quotable(sentence: str, kind: passages.Kind, *, allow_short: bool = False) 
         return False
     if _STUDY_PROMPT.match(sentence):
         return False
-    return not passages.is_not_teaching(sentence, kind) and not _is_navigation(sentence)
+    return not passages.is_not_teaching(sentence, kind) and not is_navigation(sentence)
 
 
 def _sentence_units(sentences: list[str], heading: str, n: int | None, kind: passages.Kind) -> list[Unit]:
@@ -311,7 +311,7 @@ def _render_blocks(blocks: Sequence[_Block]) -> str:
         elif block.kind == "list":
             items: list[str] = []
             for line in block.lines:
-                if _is_navigation(line) or _is_link_list([line]):
+                if is_navigation(line) or _is_link_list([line]):
                     continue
                 length = len(line.split())
                 if items and words + length > LIST_BUDGET_WORDS:
@@ -364,7 +364,7 @@ def _table_rows(lines: list[str]) -> list[str]:
     return rows
 
 
-def _is_navigation(line: str) -> bool:
+def is_navigation(line: str) -> bool:
     """A page's navigation: a previous / next / back label line, an arrow between links, or nothing but links."""
     plain = line.strip()
     if not plain:
@@ -385,7 +385,7 @@ def _is_navigation(line: str) -> bool:
 def _is_link_list(lines: Sequence[str]) -> bool:
     """A list whose items are mostly bare links (a reading list, a table of contents)."""
     items = [line for line in lines if line.strip()]
-    linked = sum(1 for line in items if _is_navigation(line))
+    linked = sum(1 for line in items if is_navigation(line))
     return bool(items) and linked >= max(1, math.ceil(0.5 * len(items)))
 
 
