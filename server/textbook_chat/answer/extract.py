@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from textbook_chat.book import mdx
 from textbook_chat.index import sparse
 from textbook_chat.search import passages
 
@@ -55,25 +56,28 @@ class Unit:
 # -- Markdown to units ----------------------------------------------------------------------------------
 
 _MARKUP_SYNTAX = re.compile(r"`{3}[\w+-]*|[`*_|]+|^\s*(?:[-+]|\d{1,3}[.)])\s", re.M)
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 # Code lines that only set the stage: imports, includes, comments, an XML declaration.
 _PREAMBLE = re.compile(
     r"^\s*(?:import\s|from\s+\S+\s+import\s|#(?!!)|//|/\*|\*|--\s|using\s|package\s|require[\s(]|<\?xml|<!--)"
 )
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 LIST_ITEM = re.compile(r"^(\s*)([-*+]|\d{1,3}[.)])\s+(.*)$")
 LIST_MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")  # a list item's bullet or number, with its space
 _TABLE = re.compile(r"^\s*\|")
-_TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?\s*$")
-_SKIP_LINE = re.compile(r"^\s*(?::::|<|import\s|export\s|---+\s*$|\*\*\*+\s*$|___+\s*$|\{/\*)")
-_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+# Markup lines that are never text: HTML / JSX, MDX imports and exports, comments (fences, headings, tables,
+# thematic breaks and admonition markers are book/mdx.py's line rules, the ones the book's pages are read by).
+_SKIP_LINE = re.compile(r"^\s*(?:<|import\s|export\s|\{/\*)")
+_LINK = re.compile(
+    r"!?\[([^\[\]]*)\]\([^)\[\]]*\)"
+)  # text and target stop at a bracket: linear on "[[[[" or "[a]([a]("
+MAX_LINE_CHARS = 4000  # what the line rules read of a line (a longer one is kept whole, classified by its start)
+_NAV_CHARS = 1000  # a navigation line is short: a longer one is not read by the navigation rules at all
 _NAV_LABEL = re.compile(
     r"^(?:[-*+]\s+)?[*_]*(?:[←→⬅➡«»‹›<>]+\s*)?(?:previous|prev|next|back(?:\s+to)?|up next|continue(?:\s+to)?|"
     r"go to|return to|home)\b[^.!?]{0,80}$",
     re.I,
 )
 _NAV_COLON = re.compile(
-    r"^(?:[-*+]\s+)?[*_]*[^\w]*(?:previous|prev|next|up next)"
+    r"^[\W_]*(?:previous|prev|next|up next)"
     r"(?:\s+(?:chapter|page|lesson|section|topic|module|part|unit))?[*_]*\s*:",
     re.I,
 )
@@ -182,31 +186,35 @@ def sentences(text: str) -> list[str]:
 
 
 def _blocks(text: str) -> list[_Block]:
+    """The chunk's blocks, read by book/mdx.py's line rules (fences, headings, tables, breaks, admonition markers)."""
     blocks: list[_Block] = []
     lines = text.splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
-        fence = _FENCE.match(line)
+        probe = line[:MAX_LINE_CHARS]
+        fence = mdx.fence_opening(probe)
         if fence:
-            body = [line]
-            i += 1
-            while i < len(lines) and not lines[i].strip().startswith(fence.group(1)[:3]):
-                body.append(lines[i])
-                i += 1
-            body.append(fence.group(1))
+            end, closed = mdx.fence_end(lines, i, fence)
+            body = lines[i:end] if closed else [*lines[i:end], fence.group(2)]
             blocks.append(_Block("code", body))
-            i += 1
+            i = end
             continue
-        heading = _HEADING.match(line)
+        heading = mdx.atx_heading(probe)
         if heading:
-            blocks.append(_Block("heading", [heading.group(1)]))
-        elif not line.strip() or _SKIP_LINE.match(line) or is_navigation(line):
+            blocks.append(_Block("heading", [heading[1]]))
+        elif (
+            not probe.strip()
+            or _SKIP_LINE.match(probe)
+            or mdx.is_thematic_break(probe)
+            or mdx.is_directive(probe)
+            or is_navigation(probe)
+        ):
             if blocks and blocks[-1].kind == "para" and blocks[-1].lines:
                 blocks.append(_Block("para", []))  # a paragraph ends here; the next line starts another
-        elif _TABLE.match(line):
+        elif _TABLE.match(probe):
             _extend(blocks, "table", line)
-        elif LIST_ITEM.match(line):
+        elif LIST_ITEM.match(probe):
             _extend(blocks, "list", line)
         elif blocks and blocks[-1].kind == "list" and line.startswith((" ", "\t")):
             blocks[-1].lines[-1] += " " + line.strip()  # an item's continuation line
@@ -353,7 +361,7 @@ def _outdent(items: list[str]) -> list[str]:
 def _table_rows(lines: list[str]) -> list[str]:
     """Each body row as a list item naming every column by its header: "- Feature: X; Gazebo: Y; Unity: Z"."""
     cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
-    if len(cells) < 3 or not _TABLE_DELIMITER.match(lines[1]):
+    if len(cells) < 3 or not mdx.is_table_delimiter(lines[1][:MAX_LINE_CHARS]):
         return []
     header = cells[0]
     rows = []
@@ -367,7 +375,7 @@ def _table_rows(lines: list[str]) -> list[str]:
 def is_navigation(line: str) -> bool:
     """A page's navigation: a previous / next / back label line, an arrow between links, or nothing but links."""
     plain = line.strip()
-    if not plain:
+    if not plain or len(plain) > _NAV_CHARS:
         return False
     labelled = _LINK.sub(r"\1", plain)
     if _NAV_LABEL.match(labelled) and len(labelled.split()) <= NAV_WORDS:

@@ -36,7 +36,7 @@ STOP_WORDS = frozenset(
 )
 
 _WORD = re.compile(r"[^\W_]+")
-_MARKERS = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
+_MARKERS = re.compile(r"(?<!\s)\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")  # a run of spaces is tried from its start only
 _BLOCK_START = re.compile(r"^\s*(?:[-*+]\s|\d{1,3}[.)]\s|```|~~~|\||>|\s{4})")
 # A colon that closes a line (after any markers and a full stop), or a colon closed by a full stop mid-paragraph.
 _LEAD_IN_EOL = re.compile(r":[*_]*(?:\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\])*\s*\.?[ \t]*$")
