@@ -1,9 +1,9 @@
 """Retrieval: embed, search (dense + keyword, fused), rerank and diversify, fit the budget, widen the scope.
 
-Plain values in, dataclasses out (no Starlette). Confidence (``confidence.py``) comes from the kept
-sources' relevance (dense cosine plus keyword coverage) and the names the book knows; the module filter
-follows the adaptive rules of docs/evaluation.md "Confidence". Where confidence is in doubt, the cross-encoder's second opinion
-(``second_opinion.py``) may decline or answer after all, and orders the candidates it read.
+Plain values in, dataclasses out (no Starlette). Confidence (``confidence.py``) comes from the kept sources'
+relevance (dense cosine plus keyword coverage) and the names the book knows; the module filter follows the adaptive
+rules of docs/evaluation.md ("How confidence is computed"). Where confidence is in doubt, the cross-encoder's second
+opinion (``second_opinion.py``) may decline or answer after all, and orders the candidates it read.
 """
 
 from __future__ import annotations
