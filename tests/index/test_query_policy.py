@@ -5,7 +5,9 @@ server's API (qdrant-client's local mode standing in for a server)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient
@@ -19,9 +21,9 @@ DIM = 8
 MODULES = ("m1", "m2")
 
 
-def _points() -> list[tuple[str, list[float], Sparse, dict[str, str]]]:
+def _points() -> list[tuple[str, Sequence[float], Sparse, Mapping[str, Any]]]:
     rng = np.random.default_rng(35)
-    points = []
+    points: list[tuple[str, Sequence[float], Sparse, Mapping[str, Any]]] = []
     for i in range(40):
         vector = rng.standard_normal(DIM)
         terms = sorted({int(t) for t in rng.integers(0, 30, size=4)})
