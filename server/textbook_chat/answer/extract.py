@@ -66,9 +66,8 @@ _TABLE = re.compile(r"^\s*\|")
 # Markup lines that are never text: HTML / JSX, MDX imports and exports, comments (fences, headings, tables,
 # thematic breaks and admonition markers are book/mdx.py's line rules, the ones the book's pages are read by).
 _SKIP_LINE = re.compile(r"^\s*(?:<|import\s|export\s|\{/\*)")
-_LINK = re.compile(
-    r"!?\[([^\[\]]*)\]\([^)\[\]]*\)"
-)  # text and target stop at a bracket: linear on "[[[[" or "[a]([a]("
+# A link's text and target stop at a bracket, so "[[[[" or "[a]([a](" costs its length, not its square.
+_LINK = re.compile(r"!?\[([^\[\]]*)\]\([^)\[\]]*\)")
 MAX_LINE_CHARS = 4000  # what the line rules read of a line (a longer one is kept whole, classified by its start)
 _NAV_CHARS = 1000  # a navigation line is short: a longer one is not read by the navigation rules at all
 _NAV_LABEL = re.compile(
