@@ -257,7 +257,8 @@ class LocalEmbedder:
 
     def _probe(self, files: onnx_minilm.ModelFiles) -> float:
         """The lowest cosine between the int8 and the float32 graph's vectors of ``PROBE_TEXTS``, one at a time."""
-        assert self._words is not None
+        if self._words is None:
+            self._words = onnx_minilm.WordTable(files.words)
         graphs = (_session(files.graph, "query"), _session(files.query_graph, "query"))
         lowest = 1.0
         for encoding in wordpiece_tokenizer().encode_batch(list(PROBE_TEXTS)):
