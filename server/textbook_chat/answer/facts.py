@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from textbook_chat.answer.extract import LIST_MARKER, is_navigation
+from textbook_chat.answer.prompts import CITATION
 
 if TYPE_CHECKING:
     from textbook_chat.answer.generation import ExtractiveGenerator
@@ -36,11 +37,11 @@ STOP_WORDS = frozenset(
 )
 
 _WORD = re.compile(r"[^\W_]+")
-_MARKERS = re.compile(r"(?<!\s)\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")  # a run of spaces is tried from its start only
+_MARKERS = re.compile(rf"(?<!\s)\s*{CITATION}")  # a run of spaces is tried from its start only
 _BLOCK_START = re.compile(r"^\s*(?:[-*+]\s|\d{1,3}[.)]\s|```|~~~|\||>|\s{4})")
 # A colon that closes a line (after any markers and a full stop), or a colon closed by a full stop mid-paragraph.
-_LEAD_IN_EOL = re.compile(r":[*_]*(?:\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\])*\s*\.?[ \t]*$")
-_LEAD_IN_STOPPED = re.compile(r":(?:\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\])*\s*\.(?=\s)")
+_LEAD_IN_EOL = re.compile(rf":[*_]*(?:\s*{CITATION})*\s*\.?[ \t]*$")
+_LEAD_IN_STOPPED = re.compile(rf":(?:\s*{CITATION})*\s*\.(?=\s)")
 
 
 def content_words(text: str) -> list[str]:

@@ -91,14 +91,14 @@ def _limits(max_connections: int) -> Any:
     return httpx2.Limits(max_connections=max_connections, max_keepalive_connections=min(100, max_connections))
 
 
-_MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
+_MARKER = re.compile(prompts.CITATION)
 
 
 def markers(text: str) -> list[int]:
     """Every number cited as ``[n]`` / ``[n, m]`` in ``text``, in order of first use, valid or not."""
     seen: list[int] = []
     for match in _MARKER.finditer(text):
-        for part in match.group(1).split(","):
+        for part in match.group()[1:-1].split(","):
             n = int(part)
             if n not in seen:
                 seen.append(n)

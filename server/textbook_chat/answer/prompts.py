@@ -110,6 +110,9 @@ def _question_block(question: str, sources: Sequence[PromptSource], selected_tex
     return "\n\n".join(parts)
 
 
+# How a source is cited, as the rules ask the model to and the offline answer writes it: "[2]", "[1, 3]". One
+# spelling for every reader of an answer (generation.py collects the numbers, facts.py sets them aside).
+CITATION = r"\[\d{1,3}(?:\s*,\s*\d{1,3})*\]"
 _TAGS = re.compile(r"</?\s*(sources?|selection|question)\b[^>]*>", re.I)
 
 
