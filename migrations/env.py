@@ -1,4 +1,4 @@
-"""Alembic environment: synchronous, psycopg 3 driver (DESIGN.md: SQLAlchemy 2.1 has no greenlet)."""
+"""Alembic environment: synchronous, psycopg 3 driver (SQLAlchemy 2.1 installs no greenlet for an async engine)."""
 
 from __future__ import annotations
 

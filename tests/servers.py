@@ -1,7 +1,7 @@
 """Real servers for tests: an ASGI app on uvicorn inside the test's event loop, or ``python -m textbook_chat serve``.
 
 httpx's ASGITransport buffers whole responses and skips the lifespan, so streaming, disconnect and
-lifespan tests need real sockets (DESIGN.md, "Dependency facts"). Tests that need several processes,
+lifespan tests need real sockets. Tests that need several processes,
 signals or ``--workers`` start the real command with ``server_process``.
 """
 

@@ -6,14 +6,17 @@
 - docs/http-api.md names exactly the app's routes;
 - docs/schema.md names exactly the tables and columns the migrations create;
 - docs/architecture.md lists the stages in the order the import contract holds them to;
-- README.md, frontend/README.md and docs/*.md link only to files of this repository that exist (and to headings
-  those files have), and the README stays a first read (at most 350 lines).
+- README.md, frontend/README.md, docs/*.md and the dated results under docs/results/ link only to files of this
+  repository that exist (and to headings those files have), and name no path outside it; the README stays a first
+  read (at most 350 lines), docs/evaluation.md a few pages (at most 300 lines, none absurdly long);
+- no file of the repository names a capitalised ``*.md`` page (a design notes page) the repository does not have.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -34,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SERVER = ROOT / "server" / "textbook_chat"
 README_MAX_LINES = 350
+EVALUATION_MAX_LINES = 300
+MAX_LINE_CHARS = 120
 
 
 # -- reading the Markdown --------------------------------------------------------------------------------
@@ -258,7 +263,11 @@ def test_the_stages_are_the_ones_the_layers_contract_orders() -> None:
 
 
 def pages() -> list[Path]:
-    return [ROOT / "README.md", ROOT / "frontend" / "README.md", *sorted(DOCS.glob("*.md"))]
+    return [ROOT / "README.md", ROOT / "frontend" / "README.md", *sorted(DOCS.glob("*.md")), *results()]
+
+
+def results() -> list[Path]:
+    return sorted((DOCS / "results").glob("*.md"))
 
 
 def links(path: Path) -> list[str]:
@@ -310,3 +319,33 @@ def test_no_page_links_outside_the_repository_even_to_the_web() -> None:
 
 def test_the_readme_is_a_first_read() -> None:
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= README_MAX_LINES
+
+
+def test_the_evaluation_page_is_a_few_pages_of_short_lines_and_its_figures_live_in_dated_results() -> None:
+    lines = (DOCS / "evaluation.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= EVALUATION_MAX_LINES
+    assert [n for n, line in enumerate(lines, 1) if len(line) > MAX_LINE_CHARS] == []
+    assert results() and all(re.fullmatch(r"\d{4}-\d{2}\.md", page.name) for page in results())
+
+
+def test_no_page_names_a_path_outside_the_repository() -> None:
+    """A link is checked above; a path written as text (in code, a command) must not leave the checkout either."""
+    outside = re.compile(r"(?<![\w.])\.\./|/work/")  # up and out of the checkout, or this machine's folders
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        text = re.sub(r"\]\([^)\s]*\)", "]", text)  # link targets: resolved and checked by the test above
+        assert [line for line in text.splitlines() if outside.search(line)] == [], page.name
+
+
+def test_no_file_names_a_capitalised_page_the_repository_does_not_have() -> None:
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    names = {Path(path).name for path in tracked.splitlines()}
+    missing: dict[str, str] = {}
+    for path in tracked.splitlines():
+        if Path(path).suffix in (".py", ".md", ".toml", ".yml", ".yaml", ".sh", ".ts", ".tsx", ".cfg", ".ini", ""):
+            file = ROOT / path
+            if file.is_file():
+                for name in re.findall(r"\b[A-Z][A-Z_]+\.md\b", file.read_text(encoding="utf-8", errors="replace")):
+                    if name not in names:
+                        missing[path] = name
+    assert missing == {}

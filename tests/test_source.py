@@ -4,6 +4,11 @@
   heading's explicit id is spelled) agree the day they are written; the next change reaches one of them, and a
   citation points at an anchor its page does not have. Read with ``ast``: the pattern literal of every
   ``re.compile`` and of every ``re.search``/``match``/``sub``/... call (which compile it too).
+- One rule is not written twice in other spellings either: no two modules define the same ``Literal`` alias (one
+  ``Mode``), and no two long patterns of two modules are near-copies (a table delimiter written ``-{2,}`` in one
+  and ``-+`` in the other).
+- Every pattern runs in time linear in its input: the server matches text from the model, the book and readers,
+  and one nested or adjacent pair of overlapping quantifiers made a heading line of 10,000 spaces cost minutes.
 - No module is longer than ``MAX_LINES``: past that, a module holds more than one concept; split it at a seam.
 - No function in the chat stage takes more than ``MAX_PARAMETERS`` (every parameter but ``self``/``cls``, keyword-only
   ones too). The run of an answer once took eleven, and a field added for a question went through five signatures;
@@ -13,8 +18,15 @@
 from __future__ import annotations
 
 import ast
+import difflib
+import importlib
+import pkgutil
+import re
+import time
 from collections import defaultdict
 from pathlib import Path
+
+import textbook_chat
 
 SERVER = Path(__file__).resolve().parents[1] / "server" / "textbook_chat"
 MAX_LINES = 500
@@ -73,6 +85,126 @@ def test_the_regex_check_sees_compiled_and_inline_copies_and_ignores_short_ones(
         "server/c.py": "import re\nZ = re.compile(r'^\\s+$')",
     }
     assert copies(sources) == {heading_id: {"server/a.py", "server/b.py"}}
+
+
+def literal_aliases(source: str) -> list[frozenset[str]]:
+    """The values of each module-level ``Name = Literal[...]`` alias of ``source``."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):
+            value = node.value
+            if isinstance(value.value, ast.Name) and value.value.id == "Literal":
+                items = value.slice.elts if isinstance(value.slice, ast.Tuple) else [value.slice]
+                found.append(frozenset(str(i.value) for i in items if isinstance(i, ast.Constant)))
+    return found
+
+
+def test_no_literal_type_is_spelled_out_in_two_modules() -> None:
+    homes: dict[frozenset[str], set[str]] = defaultdict(set)
+    for name, source in server_sources().items():
+        for values in literal_aliases(source):
+            homes[values].add(name)
+    assert {tuple(sorted(v)): n for v, n in homes.items() if len(n) > 1} == {}
+    assert literal_aliases("Mode = Literal['textbook', 'selection']\nX = 1") == [frozenset({"textbook", "selection"})]
+
+
+def near_copies(sources: dict[str, str], *, similarity: float = 0.85, length: int = 30) -> list[tuple[str, str]]:
+    """Pairs of long patterns of two different modules that differ in a few characters (``difflib`` ratio)."""
+    written = [(name, p) for name, source in sources.items() for p in set(patterns(source)) if len(p) >= length]
+    pairs = []
+    for i, (home, pattern) in enumerate(written):
+        for other_home, other in written[i + 1 :]:
+            if home != other_home and pattern != other:
+                if difflib.SequenceMatcher(None, pattern, other).ratio() >= similarity:
+                    pairs.append((pattern, other))
+    return pairs
+
+
+def test_no_long_pattern_is_a_near_copy_of_another_modules() -> None:
+    assert near_copies(server_sources()) == []
+    delimiter = r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$"
+    stricter = delimiter.replace("-+", "-{2,}", 1)  # one of its two cells written another way
+    sources = {
+        "a.py": f"import re\nX = re.compile(r'{delimiter}')",
+        "b.py": f"import re\nY = re.compile(r'{stricter}')",
+    }
+    assert len(near_copies(sources)) == 1
+
+
+# Lines that made a backtracking pattern slow (a heading of spaces: minutes), each 10,000 characters or so.
+N = 10_000
+PATHOLOGICAL = [
+    "# a" + " " * N + "b",
+    " " * N + "x",
+    "\t" * N + "x",
+    "a" * N + "!",
+    "*" * N + "x",
+    "* " * (N // 2) + "x",
+    "_a" * (N // 2),
+    "[" * N,
+    "[a](" * (N // 4),
+    "](" * (N // 2),
+    "{/* #" + "a" * N,
+    "{#" * (N // 2),
+    "{/*" * (N // 3),
+    "<!--" * (N // 4),
+    ":" * N + "x",
+    ":::tip" + " " * N + "x",
+    "|" + "-" * N + "x",
+    "|---" + " " * N + "x",
+    "| a " * (N // 4) + "x",
+    "1." * (N // 2) + "x",
+    "next " * (N // 5) + "x",
+    "<a " * (N // 3),
+    "`" * N + "x",
+    ". " * (N // 2) + "x",
+    "a " * (N // 2) + "!",
+    "[1]" * (N // 3) + "x",
+    "a=" * (N // 2),
+    "-" * N + "x",
+    "#" + " #" * (N // 2) + "x",
+]
+TIME_LIMIT_S = 0.25  # a linear pattern takes about a millisecond here; a quadratic one, seconds
+
+
+def server_patterns() -> dict[str, re.Pattern[str]]:
+    """Every pattern of the package: compiled at module level (with their flags), and written inline in a call."""
+    found: dict[str, re.Pattern[str]] = {}
+    for info in pkgutil.walk_packages(textbook_chat.__path__, "textbook_chat."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, re.Pattern) and isinstance(value.pattern, str):
+                found[f"{info.name}.{name}"] = value
+    for name, source in server_sources().items():
+        for i, pattern in enumerate(patterns(source)):
+            found.setdefault(f"{name}:inline{i}", re.compile(pattern))
+    return found
+
+
+def test_every_pattern_runs_in_linear_time_on_pathological_lines() -> None:
+    compiled = server_patterns()
+    slow = {}
+    for where, pattern in compiled.items():
+        for text in PATHOLOGICAL:
+            for _attempt in range(2):  # a busy machine may stall one try; a quadratic pattern is slow every time
+                started = time.perf_counter()
+                pattern.search(text)
+                elapsed = time.perf_counter() - started
+                if elapsed < TIME_LIMIT_S:
+                    break
+            else:
+                slow[where] = (text[:12], round(elapsed, 2))
+    assert slow == {}
+    assert len(compiled) > 100  # the check reads the package's patterns
+
+
+def test_the_linear_time_check_catches_a_pattern_of_adjacent_overlapping_quantifiers() -> None:
+    heading = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")  # answer/extract.py's heading rule before
+    started = time.perf_counter()
+    heading.search("# a" + " " * 500 + "b")  # a twentieth of the test's line: already past the limit
+    assert time.perf_counter() - started > TIME_LIMIT_S
 
 
 def test_no_module_is_longer_than_the_limit() -> None:

@@ -3,6 +3,7 @@ chosen units are merged, ordered and rendered."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -11,6 +12,8 @@ from textbook_chat.answer import compose, extract
 from textbook_chat.answer.compose import Budget, choose, order, render, shape
 from textbook_chat.answer.extract import Unit, units
 from textbook_chat.answer.facts import dangling_lead_ins, navigation_lines
+from textbook_chat.book import mdx
+from textbook_chat.book.slugs import Slugger
 
 
 def bodies(text: str) -> list[str]:
@@ -215,3 +218,27 @@ def test_a_prompt_to_the_student_is_not_quoted_but_the_list_under_it_still_may_b
 def test_a_step_that_opens_with_next_or_back_is_not_navigation(step: str) -> None:
     (unit,) = units(f"{step}\n\n```bash\nls -la\n```\n", 1)
     assert unit.lead == step and "ls -la" in unit.body
+
+
+def test_the_unit_cutter_reads_tables_headings_and_fences_by_the_books_own_grammar() -> None:
+    """book/mdx.py's line rules, the ones the book's pages are read by: a one-dash table delimiter is a table,
+    a closing run of #s after a space is not the heading's text, and a fence closes only on its own marker."""
+    text = (
+        "## Simulators ##\n\n"
+        "| Feature | Gazebo |\n|-|-|\n| Physics | ODE and DART engines |\n\n"
+        "````python\nprint('```')\n````\n"
+    )
+    blocks = mdx.parse_blocks(text, Slugger())
+    assert [b.kind for b in blocks] == ["heading", "table", "fence"]
+    found = units(text, 1)
+    assert [(u.heading, u.body) for u in found] == [("Simulators", "- Feature: Physics; Gazebo: ODE and DART engines")]
+
+
+@pytest.mark.parametrize(
+    "line", ["# a" + " " * 10_000 + "b", "|---" + " " * 10_000 + "x", ":::tip" + " " * 10_000 + "x"]
+)
+def test_a_pathological_line_of_the_book_is_cut_in_linear_time(line: str) -> None:
+    started = time.perf_counter()
+    units(f"Some teaching text about robots and their joints.\n{line}\n", 1)
+    mdx.parse_blocks(line, Slugger())
+    assert time.perf_counter() - started < 0.5  # a backtracking heading rule took minutes on the first

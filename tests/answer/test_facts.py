@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from textbook_chat.answer.extract import is_navigation
 from textbook_chat.answer.facts import (
     AnswerOutcome,
     content_words,
@@ -58,6 +59,23 @@ def test_navigation_lines_are_labels_or_bare_links() -> None:
     assert navigation_lines("**Previous:** [Intro](./intro) [1]") == 1
     assert navigation_lines("- [Processes](./p.md)\n- [Signals](./s.md)") == 2
     assert navigation_lines("The next step reads the [manual page](./man.md) for the command [1].") == 0
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Next: Loops",
+        "Next: [Loops](./loops.md) [2]",
+        "← Back to the outline",
+        "[Chapter 1](./ch1) · [Chapter 2](./ch2)",
+        "- **Up next**: [Signals](./signals.md)",
+        "Next, run the following command: `ls -l` [1]",
+        "See [the manual](./man.md) for every option the command takes.",
+        "Previous chapters explained the shell's prompt.",
+    ],
+)
+def test_eval_counts_navigation_by_the_rule_the_offline_answer_leaves_it_out_by(line: str) -> None:
+    assert navigation_lines(line) == int(is_navigation(line.replace(" [1]", "").replace(" [2]", "")))
 
 
 def test_figures_share_recall_all_none_and_faults() -> None:

@@ -1,7 +1,7 @@
 """Chunking a Docusaurus book: checked on the shared real book, the demo book and small made-up docs.
 
-Expected anchors and URLs are computed here from the Markdown source with the slug rules of DESIGN.md,
-independently of server/textbook_chat/book/slugs.py.
+Expected anchors and URLs are computed here from the Markdown source with github-slugger's rules (the
+slugs Docusaurus 3 gives headings), independently of server/textbook_chat/book/slugs.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from textbook_chat.core.tokens import local_counter
 from textbook_chat.index import sparse
 
 BASE = "http://localhost:3000"
-MAX_TOKENS = 200  # MiniLM target (DESIGN.md)
+MAX_TOKENS = 200  # MiniLM's chunk target (LocalEmbedder.chunk_tokens)
 OVERLAP = 30
 FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
 HEADING_LINE = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*$")
@@ -85,7 +85,7 @@ def fences(text: str) -> list[str]:
 
 
 def expected_slug(heading_markdown: str) -> str:
-    """github-slugger as DESIGN.md describes it, applied to the heading's text without Markdown marks."""
+    """github-slugger (as Docusaurus 3 runs it), applied to the heading's text without Markdown marks."""
     text = re.sub(r"\s*\{#[^}]*\}$", "", heading_markdown)
     text = re.sub(r"`([^`]*)`", r"\1", text)
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)

@@ -1,4 +1,4 @@
-"""Docusaurus 3 heading ids (github-slugger) and doc URLs, as DESIGN.md "Dependency facts" states them."""
+"""Docusaurus 3 heading ids (github-slugger) and doc URLs, as Docusaurus 3 gives them."""
 
 from __future__ import annotations
 

@@ -218,7 +218,7 @@ async def test_weak_evidence_answers_with_a_low_confidence_notice(small_index: V
     assert result.sources and result.sources[0].heading_path[-1] == "Stripes"
 
 
-# -- the adaptive module filter (DESIGN.md) --------------------------------------------------------
+# -- the adaptive module filter (docs/evaluation.md) --------------------------------------------------------
 
 
 async def test_a_module_that_answers_well_keeps_the_filter_strictly(retriever: Retriever) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from textbook_chat.book import mdx
 from textbook_chat.index import sparse
 from textbook_chat.search import passages
 
@@ -55,25 +56,27 @@ class Unit:
 # -- Markdown to units ----------------------------------------------------------------------------------
 
 _MARKUP_SYNTAX = re.compile(r"`{3}[\w+-]*|[`*_|]+|^\s*(?:[-+]|\d{1,3}[.)])\s", re.M)
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 # Code lines that only set the stage: imports, includes, comments, an XML declaration.
 _PREAMBLE = re.compile(
     r"^\s*(?:import\s|from\s+\S+\s+import\s|#(?!!)|//|/\*|\*|--\s|using\s|package\s|require[\s(]|<\?xml|<!--)"
 )
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 LIST_ITEM = re.compile(r"^(\s*)([-*+]|\d{1,3}[.)])\s+(.*)$")
 LIST_MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")  # a list item's bullet or number, with its space
 _TABLE = re.compile(r"^\s*\|")
-_TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?\s*$")
-_SKIP_LINE = re.compile(r"^\s*(?::::|<|import\s|export\s|---+\s*$|\*\*\*+\s*$|___+\s*$|\{/\*)")
-_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+# Markup lines that are never text: HTML / JSX, MDX imports and exports, comments (fences, headings, tables,
+# thematic breaks and admonition markers are book/mdx.py's line rules, the ones the book's pages are read by).
+_SKIP_LINE = re.compile(r"^\s*(?:<|import\s|export\s|\{/\*)")
+# A link's text and target stop at a bracket, so "[[[[" or "[a]([a](" costs its length, not its square.
+_LINK = re.compile(r"!?\[([^\[\]]*)\]\([^)\[\]]*\)")
+MAX_LINE_CHARS = 4000  # what the line rules read of a line (a longer one is kept whole, classified by its start)
+_NAV_CHARS = 1000  # a navigation line is short: a longer one is not read by the navigation rules at all
 _NAV_LABEL = re.compile(
     r"^(?:[-*+]\s+)?[*_]*(?:[←→⬅➡«»‹›<>]+\s*)?(?:previous|prev|next|back(?:\s+to)?|up next|continue(?:\s+to)?|"
     r"go to|return to|home)\b[^.!?]{0,80}$",
     re.I,
 )
 _NAV_COLON = re.compile(
-    r"^(?:[-*+]\s+)?[*_]*[^\w]*(?:previous|prev|next|up next)"
+    r"^[\W_]*(?:previous|prev|next|up next)"
     r"(?:\s+(?:chapter|page|lesson|section|topic|module|part|unit))?[*_]*\s*:",
     re.I,
 )
@@ -182,31 +185,35 @@ def sentences(text: str) -> list[str]:
 
 
 def _blocks(text: str) -> list[_Block]:
+    """The chunk's blocks, read by book/mdx.py's line rules (fences, headings, tables, breaks, admonition markers)."""
     blocks: list[_Block] = []
     lines = text.splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
-        fence = _FENCE.match(line)
+        probe = line[:MAX_LINE_CHARS]
+        fence = mdx.fence_opening(probe)
         if fence:
-            body = [line]
-            i += 1
-            while i < len(lines) and not lines[i].strip().startswith(fence.group(1)[:3]):
-                body.append(lines[i])
-                i += 1
-            body.append(fence.group(1))
+            end, closed = mdx.fence_end(lines, i, fence)
+            body = lines[i:end] if closed else [*lines[i:end], fence.group(2)]
             blocks.append(_Block("code", body))
-            i += 1
+            i = end
             continue
-        heading = _HEADING.match(line)
+        heading = mdx.atx_heading(probe)
         if heading:
-            blocks.append(_Block("heading", [heading.group(1)]))
-        elif not line.strip() or _SKIP_LINE.match(line) or _is_navigation(line):
+            blocks.append(_Block("heading", [heading[1]]))
+        elif (
+            not probe.strip()
+            or _SKIP_LINE.match(probe)
+            or mdx.is_thematic_break(probe)
+            or mdx.is_directive(probe)
+            or is_navigation(probe)
+        ):
             if blocks and blocks[-1].kind == "para" and blocks[-1].lines:
                 blocks.append(_Block("para", []))  # a paragraph ends here; the next line starts another
-        elif _TABLE.match(line):
+        elif _TABLE.match(probe):
             _extend(blocks, "table", line)
-        elif LIST_ITEM.match(line):
+        elif LIST_ITEM.match(probe):
             _extend(blocks, "list", line)
         elif blocks and blocks[-1].kind == "list" and line.startswith((" ", "\t")):
             blocks[-1].lines[-1] += " " + line.strip()  # an item's continuation line
@@ -253,7 +260,7 @@ def _quotable(sentence: str, kind: passages.Kind, *, allow_short: bool = False) 
         return False
     if _STUDY_PROMPT.match(sentence):
         return False
-    return not passages.is_not_teaching(sentence, kind) and not _is_navigation(sentence)
+    return not passages.is_not_teaching(sentence, kind) and not is_navigation(sentence)
 
 
 def _sentence_units(sentences: list[str], heading: str, n: int | None, kind: passages.Kind) -> list[Unit]:
@@ -311,7 +318,7 @@ def _render_blocks(blocks: Sequence[_Block]) -> str:
         elif block.kind == "list":
             items: list[str] = []
             for line in block.lines:
-                if _is_navigation(line) or _is_link_list([line]):
+                if is_navigation(line) or _is_link_list([line]):
                     continue
                 length = len(line.split())
                 if items and words + length > LIST_BUDGET_WORDS:
@@ -353,7 +360,7 @@ def _outdent(items: list[str]) -> list[str]:
 def _table_rows(lines: list[str]) -> list[str]:
     """Each body row as a list item naming every column by its header: "- Feature: X; Gazebo: Y; Unity: Z"."""
     cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
-    if len(cells) < 3 or not _TABLE_DELIMITER.match(lines[1]):
+    if len(cells) < 3 or not mdx.is_table_delimiter(lines[1][:MAX_LINE_CHARS]):
         return []
     header = cells[0]
     rows = []
@@ -364,10 +371,10 @@ def _table_rows(lines: list[str]) -> list[str]:
     return rows
 
 
-def _is_navigation(line: str) -> bool:
+def is_navigation(line: str) -> bool:
     """A page's navigation: a previous / next / back label line, an arrow between links, or nothing but links."""
     plain = line.strip()
-    if not plain:
+    if not plain or len(plain) > _NAV_CHARS:
         return False
     labelled = _LINK.sub(r"\1", plain)
     if _NAV_LABEL.match(labelled) and len(labelled.split()) <= NAV_WORDS:
@@ -385,7 +392,7 @@ def _is_navigation(line: str) -> bool:
 def _is_link_list(lines: Sequence[str]) -> bool:
     """A list whose items are mostly bare links (a reading list, a table of contents)."""
     items = [line for line in lines if line.strip()]
-    linked = sum(1 for line in items if _is_navigation(line))
+    linked = sum(1 for line in items if is_navigation(line))
     return bool(items) and linked >= max(1, math.ceil(0.5 * len(items)))
 
 

@@ -3,7 +3,8 @@
 A fact counts when at least 60 % of its content words are in the answer: lower-cased, stop words and words of one
 or two letters dropped, numbers kept, no stemming (a lower bound: a paraphrase is missed). Beside the facts, three
 faults of form are counted: a lead-in quoted without what it introduces, a sentence said twice word for word, and
-a book's navigation quoted. Retrieval and generation are the callers'; ``ask`` runs both as the server does.
+a book's navigation quoted (by the rule the offline answer applies). Retrieval and generation are the callers';
+``ask`` runs both as the server does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from textbook_chat.answer.extract import LIST_MARKER
+from textbook_chat.answer.extract import LIST_MARKER, is_navigation
+from textbook_chat.answer.prompts import CITATION
 
 if TYPE_CHECKING:
     from textbook_chat.answer.generation import ExtractiveGenerator
@@ -35,18 +37,11 @@ STOP_WORDS = frozenset(
 )
 
 _WORD = re.compile(r"[^\W_]+")
-_MARKERS = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
+_MARKERS = re.compile(rf"(?<!\s)\s*{CITATION}")  # a run of spaces is tried from its start only
 _BLOCK_START = re.compile(r"^\s*(?:[-*+]\s|\d{1,3}[.)]\s|```|~~~|\||>|\s{4})")
 # A colon that closes a line (after any markers and a full stop), or a colon closed by a full stop mid-paragraph.
-_LEAD_IN_EOL = re.compile(r":[*_]*(?:\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\])*\s*\.?[ \t]*$")
-_LEAD_IN_STOPPED = re.compile(r":(?:\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\])*\s*\.(?=\s)")
-_NAVIGATION = re.compile(
-    r"^(?:[-*+]\s+)?(?:\*\*|__)?(?:[←→⬅➡«»<>]+\s*)?(?:previous|next|prev|back to|up next|continue to|go to|"
-    r"next chapter|previous chapter|next lesson|previous lesson|next section|previous section)\b"
-    r"(?:\*\*|__)?\s*(?::|[←→⬅➡«»]|\[)",
-    re.I,
-)
-_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_LEAD_IN_EOL = re.compile(rf":[*_]*(?:\s*{CITATION})*\s*\.?[ \t]*$")
+_LEAD_IN_STOPPED = re.compile(rf":(?:\s*{CITATION})*\s*\.(?=\s)")
 
 
 def content_words(text: str) -> list[str]:
@@ -118,20 +113,9 @@ def repeated_sentences(answer: str) -> int:
 
 
 def navigation_lines(answer: str) -> int:
-    """Lines that are a page's navigation: a previous / next label, or nothing but links."""
-    count = 0
-    for line in (line for line, code in _lines(answer) if not code):
-        plain = _MARKERS.sub("", line).strip()
-        if not plain:
-            continue
-        if _NAVIGATION.match(plain):
-            count += 1
-            continue
-        links = _LINK.findall(plain)
-        rest = _LINK.sub(" ", plain)
-        if links and len(content_words(rest)) == 0:
-            count += 1
-    return count
+    """Lines that are a page's navigation, by the rule the offline answer leaves them out by (``extract.is_navigation``:
+    a previous / next / back label, an arrow between links, or nothing but links), citation markers aside."""
+    return sum(1 for line, code in _lines(answer) if not code and is_navigation(_MARKERS.sub("", line)))
 
 
 @dataclass(frozen=True)

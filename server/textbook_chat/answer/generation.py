@@ -2,7 +2,8 @@
 
 Both yield ``Token``, ``GenNotice`` and one final ``Finished``. Third-party errors stop here: the OpenAI
 generator retries once on timeout/5xx, backs off on 429 honouring ``Retry-After``, then falls back to
-extraction with a notice; callers never see an ``openai`` exception. The model's stream is bounded (``Bounds``).
+extraction with a notice (docs/sse-protocol.md "Notice codes"); callers never see an ``openai`` exception. The
+model's stream is bounded (``Bounds``).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def create_generator(settings: Settings, *, cross_encoder: CrossEncoder | None =
     client = openai.AsyncOpenAI(
         api_key=settings.openai_api_key.reveal(),
         base_url=settings.openai_base_url,
-        # Explicit everywhere: the SDK's own default is 600 s (DESIGN.md "Settings"). Between two streamed
+        # Explicit everywhere: the SDK's own default is 600 s (docs/settings.md "Timeouts"). Between two streamed
         # chunks the read timeout applies, so a stalled stream fails after LLM_TIMEOUT_S too.
         timeout=openai.Timeout(settings.llm_timeout_s, connect=min(5.0, settings.llm_timeout_s)),
         max_retries=0,  # our own policy below: one retry, Retry-After, then the offline generator
@@ -95,14 +96,14 @@ def _limits(max_connections: int) -> Any:
     return httpx2.Limits(max_connections=max_connections, max_keepalive_connections=min(100, max_connections))
 
 
-_MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
+_MARKER = re.compile(prompts.CITATION)
 
 
 def markers(text: str) -> list[int]:
     """Every number cited as ``[n]`` / ``[n, m]`` in ``text``, in order of first use, valid or not."""
     seen: list[int] = []
     for match in _MARKER.finditer(text):
-        for part in match.group(1).split(","):
+        for part in match.group()[1:-1].split(","):
             n = int(part)
             if n not in seen:
                 seen.append(n)

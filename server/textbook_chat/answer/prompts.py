@@ -1,7 +1,7 @@
 """The chat model's messages: rules, the history that fits, and the numbered sources delimited as data.
 
 Retrieved text and the reader's selection are quoted inside ``<source>``/``<selection>`` elements and the
-rules say that nothing inside them is an instruction (DESIGN.md "Generation").
+rules say that nothing inside them is an instruction (docs/architecture.md "The path of one question").
 """
 
 from __future__ import annotations
@@ -110,6 +110,9 @@ def _question_block(question: str, sources: Sequence[PromptSource], selected_tex
     return "\n\n".join(parts)
 
 
+# How a source is cited, as the rules ask the model to and the offline answer writes it: "[2]", "[1, 3]". One
+# spelling for every reader of an answer (generation.py collects the numbers, facts.py sets them aside).
+CITATION = r"\[\d{1,3}(?:\s*,\s*\d{1,3})*\]"
 _TAGS = re.compile(r"</?\s*(sources?|selection|question)\b[^>]*>", re.I)
 
 

@@ -2,7 +2,8 @@
 
 MDX `import`/`export` lines, comments and JSX/HTML tags are removed outside code fences; the prose
 between tags stays; `<Admonition type title>` is read as the `:::type title` it stands for. This is the
-one reading of a page: `chunking.py` groups the blocks into chunks, `web/webapp.py` renders them as HTML.
+one reading of a page: `chunking.py` groups the blocks into chunks, `web/webapp.py` renders them as HTML, and
+the offline answer (`answer/extract.py`) cuts a chunk into units by the same line rules (``atx_heading``...).
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from textbook_chat.book.slugs import Slugger, split_heading_id
+from textbook_chat.book.slugs import Slugger, split_comment_id, split_heading_id
 
 _FENCE = re.compile(r"^(\s*)(`{3,}(?!.*`)|~{3,})(.*)$")
 _FENCE_CLOSE = re.compile(r"^\s*(`{3,}|~{3,})\s*$")
-_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_ATX_OPEN = re.compile(r" {0,3}(#{1,6})(?=[ \t]|$)")  # the text after it is read in ``atx_heading``, linearly
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _NOT_SETEXT = re.compile(r"^\s*(?:[-*+>|]|\d+[.)])(?:\s|$)")
 # `:::tip Title` (Docusaurus 2) or `:::tip[Title]` (Docusaurus 3); the type, then the title.
-_ADMONITION_OPEN = re.compile(r"^\s*(:{3,})([A-Za-z][\w-]*)[ \t]*(?:\[(.*)\]|(.*?))\s*$")
+_ADMONITION_OPEN = re.compile(r"^[ \t]*(:{3,})([A-Za-z][\w-]*)[ \t]*(?:\[(.*)\][ \t]*|(.*))$")
 _ADMONITION_CLOSE = re.compile(r"^\s*(:{3,})\s*$")
-_TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
+_TABLE_DELIMITER = re.compile(r"^[ \t]*(?:\|[ \t]*)?:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*(?:\|[ \t]*)?$")
 _THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 # MDX ESM: `import x from`, `import {`, `export const` ... at the start of a paragraph.
 _ESM = re.compile(
@@ -31,8 +32,7 @@ _ESM = re.compile(
 # The JSX spelling of an admonition, on lines of their own: `<Admonition type="info" title="...">` ... `</Admonition>`.
 _ADMONITION_TAG = re.compile(r"^\s*<Admonition\b([^>]*)>\s*$")
 _ADMONITION_TAG_CLOSE = re.compile(r"^\s*</Admonition>\s*$")
-_TAG_VALUE = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
-_HEADING_COMMENT_ID = re.compile(r"^( {0,3}#{1,6}[ \t].*?)[ \t]*\{/\*\s*#(\S+)\s*\*/\}[ \t]*$", re.MULTILINE)
+_TAG_VALUE = re.compile(r"""(?<!\w)(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")  # a name is tried from its start only
 _MARKUP = re.compile(r"`+|<!--|\{/\*|</?[A-Za-z>]")
 _TAG_OPEN = re.compile(r"</?(?:[A-Za-z][\w.:-]*)?")
 _ATTRIBUTE = re.compile(r"[A-Za-z_:$][\w.:$-]*(?:\s*=\s*(?=[{])|\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`{}]+))?")
@@ -55,6 +55,51 @@ def parse_blocks(text: str, slugger: Slugger) -> list[Block]:
     return _scan(_clean(text.split("\n")), slugger)
 
 
+# -- line rules, shared with the offline answer's unit cutter (answer/extract.py) ---------------------------------
+
+
+def fence_opening(line: str) -> re.Match[str] | None:
+    """A code fence's opening line: groups (indent, marker, info string)."""
+    return _FENCE.match(line)
+
+
+def fence_end(lines: list[str], start: int, opening: re.Match[str]) -> tuple[int, bool]:
+    """(index after the closing fence line, closed?); an unclosed fence runs to the end of the file."""
+    marker = opening.group(2)
+    for i in range(start + 1, len(lines)):
+        close = _FENCE_CLOSE.match(lines[i])
+        if close and close.group(1)[0] == marker[0] and len(close.group(1)) >= len(marker):
+            return i + 1, True
+    return len(lines), False
+
+
+def atx_heading(line: str) -> tuple[int, str] | None:
+    """(level, text) of an ATX heading line (``## Title ##``): the closing #s, after a space, and the spaces around
+    the text dropped. Read without a backtracking pattern, so a long line costs its length, not its square."""
+    opening = _ATX_OPEN.match(line)
+    if opening is None:
+        return None
+    text = line[opening.end() :].strip(" \t")
+    unclosed = text.rstrip("#")
+    if unclosed != text and (not unclosed or unclosed[-1] in " \t"):
+        text = unclosed.rstrip(" \t")
+    return len(opening.group(1)), text
+
+
+def is_table_delimiter(line: str) -> bool:
+    """A table's second line: cells of dashes, each with an optional colon at either end (``|:--|--:|``)."""
+    return "-" in line and bool(_TABLE_DELIMITER.match(line))
+
+
+def is_thematic_break(line: str) -> bool:
+    return bool(_THEMATIC_BREAK.match(line))
+
+
+def is_directive(line: str) -> bool:
+    """An admonition's opening (``:::tip Title``, ``:::note[Title]``) or closing (``:::``) line."""
+    return bool(_ADMONITION_OPEN.match(line) or _ADMONITION_CLOSE.match(line))
+
+
 def substantive(block: Block) -> bool:
     """Whether a block carries text of its own (not a heading, not only a thematic break)."""
     if block.kind == "heading":
@@ -70,7 +115,7 @@ def _clean(lines: list[str]) -> list[str]:
     start = i = 0
     while i < len(lines):
         if match := _FENCE.match(lines[i]):
-            end = _fence_end(lines, i, match)[0]
+            end = fence_end(lines, i, match)[0]
             out += _clean_region(lines[start:i]) + lines[i:end]
             start = i = end
         else:
@@ -92,8 +137,16 @@ def _clean_region(lines: list[str]) -> list[str]:
             kept.append(":::")
         else:
             kept.append(line)
-    text = _strip_markup(_HEADING_COMMENT_ID.sub(r"\1 {#\2}", "\n".join(kept)))
+    text = _strip_markup("\n".join(_classic_id(line) for line in kept))
     return [line if line.strip() else "" for line in text.split("\n")]
+
+
+def _classic_id(line: str) -> str:
+    """``## Title {/* #id */}`` as ``## Title {#id}``: comments are stripped next, and the id would go with them."""
+    if "{/*" not in line or not _ATX_OPEN.match(line):
+        return line
+    text, found = split_comment_id(line.rstrip(" \t"))
+    return line if found is None else f"{text} {{#{found}}}"
 
 
 def _strip_markup(text: str) -> str:
@@ -176,16 +229,6 @@ def _brace_end(text: str, start: int) -> int:
     return -1
 
 
-def _fence_end(lines: list[str], start: int, opening: re.Match[str]) -> tuple[int, bool]:
-    """(index after the closing fence line, closed?); an unclosed fence runs to the end of the file."""
-    marker = opening.group(2)
-    for i in range(start + 1, len(lines)):
-        close = _FENCE_CLOSE.match(lines[i])
-        if close and close.group(1)[0] == marker[0] and len(close.group(1)) >= len(marker):
-            return i + 1, True
-    return len(lines), False
-
-
 def _scan(lines: list[str], slugger: Slugger) -> list[Block]:
     """Block structure: headings (ids assigned in document order), fences, tables, admonitions, text."""
     blocks: list[Block] = []
@@ -197,14 +240,14 @@ def _scan(lines: list[str], slugger: Slugger) -> list[Block]:
             continue
         block: Block | None
         if fence := _FENCE.match(line):
-            end, closed = _fence_end(lines, i, fence)
+            end, closed = fence_end(lines, i, fence)
             body = lines[i:end] if closed else [*lines[i:end], fence.group(1) + fence.group(2)]
             block = Block("fence", "\n".join(body))
-        elif heading := _ATX.match(line):
-            block, end = _heading(heading.group(2) or "", len(heading.group(1)), slugger), i + 1
+        elif heading := atx_heading(line):
+            block, end = _heading(heading[1], heading[0], slugger), i + 1
         elif (opening := _ADMONITION_OPEN.match(line)) and (end := _admonition_end(lines, i, opening)) > 0:
             inside = _scan(lines[i + 1 : end - 1], slugger)  # its headings take ids but do not split it
-            title = opening.group(3) if opening.group(3) is not None else opening.group(4)
+            title = opening.group(3) if opening.group(3) is not None else opening.group(4).strip()
             variant = opening.group(2).lower()
             block = Block("admonition", "\n".join(lines[i:end]), plain=title, variant=variant, children=inside)
         elif _table_starts(lines, i):
@@ -238,7 +281,7 @@ def _paragraph(lines: list[str], start: int, slugger: Slugger) -> tuple[Block, i
             return _heading(text, 1 if line.strip()[0] == "=" else 2, slugger), end + 1
         if (
             _FENCE.match(line)
-            or _ATX.match(line)
+            or atx_heading(line)
             or _ADMONITION_OPEN.match(line)
             or _ADMONITION_CLOSE.match(line)
             or _table_starts(lines, end)
@@ -254,7 +297,7 @@ def _admonition_end(lines: list[str], start: int, opening: re.Match[str]) -> int
     i = start + 1
     while i < len(lines):
         if fence := _FENCE.match(lines[i]):
-            i = _fence_end(lines, i, fence)[0]
+            i = fence_end(lines, i, fence)[0]
             continue
         if inner := _ADMONITION_OPEN.match(lines[i]):
             stack.append(len(inner.group(1)))
@@ -269,4 +312,4 @@ def _admonition_end(lines: list[str], start: int, opening: re.Match[str]) -> int
 def _table_starts(lines: list[str], i: int) -> bool:
     if i + 1 >= len(lines) or "|" not in lines[i] or "|" not in lines[i + 1] or "-" not in lines[i + 1]:
         return False
-    return bool(_TABLE_DELIMITER.match(lines[i + 1]))
+    return is_table_delimiter(lines[i + 1])

@@ -41,11 +41,21 @@ def plain_text(markdown: str) -> str:
 
 
 def split_heading_id(text: str) -> tuple[str, str | None]:
-    """Split an explicit `{#id}` (or MDX 3 `{/* #id */}`) off the end of a heading: (text, id)."""
+    """Split an explicit `{#id}` (or MDX 3 `{/* #id */}`) off the end of a heading: (text, id).
+
+    The one reading of a heading's explicit id: ``mdx.py`` reads the MDX 3 comment with it too."""
     match = _CLASSIC_ID.search(text) or _COMMENT_ID.search(text)
     if match is None:
         return text, None
     return text[: match.start()].rstrip(), match.group("id").strip()
+
+
+def split_comment_id(text: str) -> tuple[str, str | None]:
+    """Split an MDX 3 heading-id comment (`{/* #id */}`) off the end of a heading line: (text, id)."""
+    match = _COMMENT_ID.search(text)
+    if match is None:
+        return text, None
+    return text[: match.start()].rstrip(), match.group("id")
 
 
 class Slugger:
@@ -118,7 +128,7 @@ def _yaml_scalar(value: str, more: list[str]) -> object:
             return str(json.loads(text.strip()))
         except ValueError:
             return text.strip().strip('"')
-    text = re.sub(r"\s+#.*$", "", text)
+    text = re.sub(r"(?<!\s)\s+#.*$", "", text)  # a run of spaces is tried from its start only
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     if text.lower() in ("null", "~"):
@@ -170,14 +180,14 @@ def doc_url(base_url: str, file_path: str, front_matter: Mapping[str, object]) -
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?---[ \t]*(?:\n|\Z)", re.DOTALL)
 _YAML_KEY = re.compile(r"^([A-Za-z_][\w-]*)[ \t]*:(?:[ \t]+(.*))?$")
 # Docusaurus `parseMarkdownHeadingId`: the id runs to the last `}` of the heading.
-_CLASSIC_ID = re.compile(r"\s*\\?\{#(?P<id>(?:.(?!\{#|\}))*.)\}$")
-_COMMENT_ID = re.compile(r"\s*\{/\*\s*#(?P<id>\S+)\s*\*/\}$")
+_CLASSIC_ID = re.compile(r"\\?\{#(?P<id>(?:.(?!\{#|\}))*.)\}$")  # the space before it: rstrip
+_COMMENT_ID = re.compile(r"\{/\*\s*#(?P<id>\S+)\s*\*/\}$")
 _IGNORED_PREFIX = re.compile(r"^\d+[-_.]\d+")
 _NUMBER_PREFIX = re.compile(r"^(?P<prefix>\d+)\s*[-_.]+\s*(?P<suffix>[^-_.\s].*)$")
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
-_MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
+_MDX_COMMENT = re.compile(r"\{/\*(?:(?!\{/\*|\*/\}).)*\*/\}", re.DOTALL)  # each try stops at the next "{/*"
 _IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_LINK = re.compile(r"\[([^\]]*)\](?:\([^)]*\)|\[[^\]]*\])")
+_LINK = re.compile(r"\[([^\[\]]*)\](?:\([^)\[\]]*\)|\[[^\[\]]*\])")  # stops at a bracket: linear on "[[[["
 _AUTOLINK = re.compile(r"<((?:https?|mailto|ftp):[^>\s]*)>")
 _TAG = re.compile(r"</?[A-Za-z][\w.:-]*(?:\s[^<>]*)?/?>|<>|</>")
 _STRONG = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from textbook_chat.answer.prompts import HISTORY_BUDGET_TOKENS
 from textbook_chat.chat.question import Question
-from textbook_chat.chat.run import AnswerRun, discard, earlier_turns, retrieve
+from textbook_chat.chat.run import AnswerRun, Opening, Target, discard, earlier_turns, retrieve
 from textbook_chat.chat.service import ChatService, Session, Started
 from textbook_chat.core import metrics
 from textbook_chat.core.errors import BadRequest, Conflict, DatabaseUnavailable, NotFound, RateLimited
@@ -86,13 +86,19 @@ async def start(
         return Started(message_id, exchange.session_id, None, stream_url, created=False)
     _log_question(question, str(message_id))
     stream = chat.registry.create(str(message_id))
-    meta_base = {
+    meta = {
         "message_id": str(message_id),
         "session_id": str(session.id),
         "stream_url": stream_url,  # no session_token: these events are replayed to whoever holds stream_url
         "mode": question.mode,
     }
-    answer = AnswerRun(chat, stream, question, session, exchange, late, meta_base, notices, started)
+    answer = AnswerRun(
+        chat=chat,
+        question=question,
+        stream=stream,
+        target=Target(exchange=exchange, late=late),
+        opening=Opening(meta=meta, notices=notices, started=started),
+    )
     stream.task = asyncio.create_task(answer.run(retrieval, history, on_finish), name=f"chat-{message_id}")
     return Started(message_id, session.id, session.token, stream_url, created=True)
 

@@ -1,6 +1,6 @@
 """What the chat stage is asked: one reader's question, already read and validated by the web stage.
 
-The HTTP body (``core.schemas.ChatRequest``, with its JSON Schema and the fields only a browser sends) stays at
+The HTTP body (``web.schemas.ChatRequest``, with its JSON Schema and the fields only a browser sends) stays at
 the edge: ``web`` parses it and hands on a ``Question``, so a field the chat stage needs is added here once and
 read wherever the run needs it, and nothing in ``server/textbook_chat/chat`` knows how the question arrived.
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+
+from textbook_chat.core.modes import Mode, mode_of
 
 
 @dataclass(frozen=True)
@@ -39,5 +40,5 @@ class Question:
     client_request_id: uuid.UUID | None = None  # a retry or double click with this id attaches to the first answer
 
     @property
-    def mode(self) -> Literal["textbook", "selection"]:
-        return "selection" if self.selected_text else "textbook"
+    def mode(self) -> Mode:
+        return mode_of(self.selected_text)

@@ -27,7 +27,7 @@ from textbook_chat.answer.generation import (
     invalid_markers,
 )
 from textbook_chat.chat.question import Question
-from textbook_chat.chat.service import ChatService, Session
+from textbook_chat.chat.service import ChatService
 from textbook_chat.core import logs, metrics
 from textbook_chat.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
 from textbook_chat.search.context import Earlier
@@ -59,21 +59,17 @@ class _RunState:
     standalone: str | None = None  # the question with the context its retrieval took, stored with it
 
 
-@dataclass
-class AnswerRun:
-    """What one answer's run needs, and its steps: everything a step reads is here, so a field added for the
-    run is added once (not to every step's signature)."""
+@dataclass(frozen=True)
+class Target:
+    """Where the answer is written: into the exchange stored as the question was asked, or with the question itself
+    (``late``: the database could not take it in time); neither when there is no store."""
 
-    chat: ChatService
-    stream: MessageStream
-    question: Question
-    session: Session
-    exchange: Exchange | None  # the stored question the answer goes into, or
-    late: LateQuestion | None  # the question to write with its answer (the database could not take it in time)
-    meta_base: dict[str, Any]  # what every ``meta`` event carries: ids, stream_url, mode
-    notices: list[tuple[str, str]]  # notices of the bookkeeping (history off or down), published with ``meta``
-    started: float  # ``time.perf_counter()`` when the question was accepted: the timings count from here
-    state: _RunState = field(default_factory=_RunState)
+    exchange: Exchange | None = None
+    late: LateQuestion | None = None
+
+    @property
+    def stored(self) -> bool:
+        return self.exchange is not None or self.late is not None
 
     @property
     def question_id(self) -> uuid.UUID | None:
@@ -82,9 +78,28 @@ class AnswerRun:
             return self.exchange.user_message_id
         return self.late.user_message_id if self.late is not None else None
 
-    @property
-    def stored(self) -> bool:
-        return self.exchange is not None or self.late is not None
+
+@dataclass(frozen=True)
+class Opening:
+    """What was settled as the question was accepted: what every ``meta`` event carries (ids, stream_url, mode),
+    the bookkeeping's notices (history off or down), published with ``meta``, and when the timings start."""
+
+    meta: dict[str, Any]
+    notices: list[tuple[str, str]]
+    started: float  # ``time.perf_counter()`` when the question was accepted
+
+
+@dataclass
+class AnswerRun:
+    """What one answer's run needs, and its steps: everything a step reads is here, so a field added for the
+    run is added once (not to every step's signature)."""
+
+    chat: ChatService
+    question: Question
+    stream: MessageStream
+    target: Target
+    opening: Opening
+    state: _RunState = field(default_factory=_RunState)
 
     async def run(
         self,
@@ -99,7 +114,7 @@ class AnswerRun:
         chat, stream, state = self.chat, self.stream, self.state
         logs.bind_message(stream.message_id)
         metrics.GENERATIONS.inc()
-        stream.hold_terminal = self.stored and chat.store is not None
+        stream.hold_terminal = self.target.stored and chat.store is not None
         try:
             retrieval = await retrieving
             state.standalone = retrieval.standalone if retrieval is not None else None
@@ -136,14 +151,14 @@ class AnswerRun:
             except Exception:  # counting must never keep an answer from being stored
                 log.exception("answer metrics not recorded")
             try:
-                if self.stored and chat.writer is not None:
+                if self.target.stored and chat.writer is not None:
                     await self._persist(chat.writer)
             except Exception:
                 # Whatever went wrong, the answer is still queued, as failed: it must never stay `streaming`.
                 log.exception("answer could not be prepared for writing; stored as failed")
                 assert chat.writer is not None
                 message_id = uuid.UUID(stream.message_id)
-                chat.writer.submit(message_id, Completion(content=stream.text(), status="failed"), self.late)
+                chat.writer.submit(message_id, Completion(content=stream.text(), status="failed"), self.target.late)
             finally:
                 stream.release()  # the terminal event, held until the answer was stored (streaming.py)
             if on_finish is not None:
@@ -160,7 +175,7 @@ class AnswerRun:
             outcome = str(last.data.get("finish_reason", "stop"))
         else:
             outcome = "error"
-        seconds = time.perf_counter() - self.started
+        seconds = time.perf_counter() - self.opening.started
         metrics.ANSWERS.labels(outcome).inc()
         metrics.ANSWER_SECONDS.labels(outcome).observe(seconds)
         if state.usage is not None:
@@ -178,7 +193,7 @@ class AnswerRun:
         )
 
     def _meta(self, confidence: float, level: str, scope: dict[str, Any]) -> dict[str, Any]:
-        return {**self.meta_base, "confidence": round(confidence, 4), "confidence_level": level, "scope": scope}
+        return {**self.opening.meta, "confidence": round(confidence, 4), "confidence_level": level, "scope": scope}
 
     def _open(self, meta: dict[str, Any], sources: list[dict[str, Any]], notices: list[tuple[str, str]]) -> None:
         self.stream.publish("meta", meta)
@@ -216,7 +231,7 @@ class AnswerRun:
 
     async def _answer_from_faq(self) -> None:
         scope = {"requested_module": self.question.module, "searched": "all", "note": None}
-        self._open(self._meta(0.0, "none", scope), [], [*self.notices, ("fallback_faq", _NOTICE_FAQ)])
+        self._open(self._meta(0.0, "none", scope), [], [*self.opening.notices, ("fallback_faq", _NOTICE_FAQ)])
         self.state.model = "faq"
         self.stream.add_token(self.chat.faq.answer_text(self.question.text))
         self._done("fallback", {"retrieval": 0.0, "first_token": 0.0, "total": 0.0})
@@ -226,7 +241,7 @@ class AnswerRun:
         self.state.model = "decline"
         metrics.DECLINES.inc()
         meta = self._meta(retrieval.confidence, retrieval.level, retrieval.scope.event())
-        notices = self.notices + [(n.code, n.message) for n in retrieval.notices]
+        notices = self.opening.notices + [(n.code, n.message) for n in retrieval.notices]
         self._open(meta, [s.event() for s in retrieval.related], notices)
         lines = ["I couldn't find this in the textbook, so I won't guess."]
         if retrieval.related:
@@ -240,7 +255,7 @@ class AnswerRun:
         chat, stream, state = self.chat, self.stream, self.state
         state.sources = retrieval.sources
         state.confidence = retrieval.confidence
-        all_notices = self.notices + [(n.code, n.message) for n in retrieval.notices]
+        all_notices = self.opening.notices + [(n.code, n.message) for n in retrieval.notices]
         if not chat.llm_enabled:
             all_notices.append(("offline_generator", _NOTICE_OFFLINE))
         meta = self._meta(retrieval.confidence, retrieval.level, retrieval.scope.event())
@@ -262,7 +277,7 @@ class AnswerRun:
             async for event in events:
                 if isinstance(event, Token):
                     if first_token_ms is None:
-                        first_token_ms = (time.perf_counter() - self.started) * 1000
+                        first_token_ms = (time.perf_counter() - self.opening.started) * 1000
                         metrics.FIRST_TOKEN_SECONDS.observe(first_token_ms / 1000)
                     stream.add_token(event.text)
                 elif isinstance(event, GenNotice):
@@ -280,7 +295,7 @@ class AnswerRun:
         state.cited = tuple(cited_numbers(text, len(retrieval.sources)))
         if chat.llm_enabled:
             self._check_citations(retrieval, text)
-        total_ms = (time.perf_counter() - self.started) * 1000
+        total_ms = (time.perf_counter() - self.opening.started) * 1000
         timings = {
             "retrieval": retrieval.timings_ms.get("retrieval", 0.0),
             "first_token": round(first_token_ms or total_ms, 2),
@@ -291,7 +306,7 @@ class AnswerRun:
     def _turns(self, stored: list[TurnRow]) -> list[Turn]:
         """The conversation before this question: the stored turns less this exchange's own question (read
         beside its write, the read may or may not see it)."""
-        exchange = self.exchange
+        exchange = self.target.exchange
         current = {exchange.user_message_id, exchange.assistant_message_id} if exchange else set()
         turns = [Turn(role=t.role, content=t.content) for t in stored if t.id not in current]
         return turns[-HISTORY_MESSAGES:]
@@ -311,7 +326,7 @@ class AnswerRun:
                 },
             )
         else:
-            total = round((time.perf_counter() - self.started) * 1000, 2)
+            total = round((time.perf_counter() - self.opening.started) * 1000, 2)
             self._done("cancelled", {"retrieval": 0.0, "first_token": 0.0, "total": total})
 
     async def _persist(self, writer: AnswerWriter) -> None:
@@ -338,13 +353,13 @@ class AnswerRun:
             model=state.model,
             prompt_tokens=state.usage.prompt_tokens if state.usage else None,
             completion_tokens=state.usage.completion_tokens if state.usage else None,
-            latency_ms=int((time.perf_counter() - self.started) * 1000),
+            latency_ms=int((time.perf_counter() - self.opening.started) * 1000),
             citations=citations,
-            question_id=self.question_id,
+            question_id=self.target.question_id,
             standalone=state.standalone,
         )
         message_id = uuid.UUID(self.stream.message_id)
-        written = writer.submit(message_id, completion, self.late)
+        written = writer.submit(message_id, completion, self.target.late)
         try:
             # The terminal event waits for the write (history read right after `done` has the answer), but only
             # briefly: in an outage or a burst the writer keeps the answer and the reader is not held up.

@@ -2,10 +2,9 @@
 
 The graph ends in the sentence embedding (mean pool over the attention mask, L2-normalised);
 running it is embeddings.py's job. Two copies are cached. The float32 graph embeds the book's chunks. An
-int8 copy (weights quantized per output channel, activations per call) embeds a reader's question: 3.5x
-faster on one thread, a quarter of the weights' memory, and within cosine 0.98 of the float32 vector (0.994
-on average over the question sets; the worst, 0.986, a one-letter question), so a question finds the same
-chunks (issue 29; docs/evaluation.md has the figures on both books). Chunks stay float32: a dynamic-int8
+int8 copy (7-bit weights per output channel, activations per call) embeds a reader's question: 3.5x faster
+on one thread and a quarter of the weights' memory; embeddings.py checks its vectors against float32 on this
+CPU before using it (issue 35; docs/evaluation.md). Chunks stay float32: a dynamic-int8
 batch scales its activations over the whole batch, so a chunk's vector would depend on the chunks beside it.
 
 The word-embedding table (30,522 x 384 floats, 45 MB, half the model) is kept out of both graphs in a
@@ -46,7 +45,7 @@ OUTPUT_NAME = "sentence_embedding"
 # Bump when the graph below changes, so cached graphs from older code are rebuilt.
 _GRAPH_VERSION = 2
 # Bump when ``quantize_model`` changes, so the questions' int8 copy is made again.
-_QUERY_GRAPH_VERSION = 1
+_QUERY_GRAPH_VERSION = 2  # 2: reduce_range (7-bit weights), the same on every x86-64 CPU
 _WORD_TABLE = "embeddings.word_embeddings.weight"
 _OPSET = 18
 
@@ -164,6 +163,7 @@ class ModelFiles:
     graph: Path  # the ONNX graph: word vectors in, sentence embedding out
     words: Path  # the word-embedding table, float32 [vocabulary, hidden], as .npy
     query_graph: Path  # the same graph with int8 weights, for one question at a time
+    query_check: Path  # whether this CPU keeps the int8 graph's vectors close to float32 (embeddings.py)
 
 
 def cached_model(data_dir: Path) -> ModelFiles:
@@ -179,6 +179,7 @@ def cached_model(data_dir: Path) -> ModelFiles:
         graph=stem.with_suffix(".onnx"),
         words=stem.with_suffix(".words.npy"),
         query_graph=stem.with_suffix(f".int8-v{_QUERY_GRAPH_VERSION}.onnx"),
+        query_check=stem.with_suffix(f".int8-v{_QUERY_GRAPH_VERSION}.json"),
     )
     built = False
     if not (files.graph.is_file() and files.words.is_file()):
@@ -189,7 +190,7 @@ def cached_model(data_dir: Path) -> ModelFiles:
         built = True
     if built:
         for stale in stem.parent.glob(f"{MODEL_NAME}-*"):  # older files (another version, another model file)
-            if stale not in (files.graph, files.words, files.query_graph):
+            if stale not in (files.graph, files.words, files.query_graph, files.query_check):
                 stale.unlink(missing_ok=True)
     return files
 
@@ -213,7 +214,10 @@ def quantize_model(graph: Path, out: Path) -> Path:
     """Write ``graph`` with its MatMul weights as int8 (one scale per output channel), atomically.
 
     Per-channel weights keep a question's vector within cosine 0.98 of the float32 one (0.96-0.97 with one
-    scale per matrix); signed int8 weights run onnxruntime's fastest integer kernels on x86 and ARM alike.
+    scale per matrix). The weights use 7 bits (``reduce_range``): onnxruntime multiplies u8 activations by s8
+    weights in pairs summed into 16 bits, which saturates on x86-64 CPUs without VNNI (AVX2, AVX-512 without
+    VNNI) when both are near full range; with 7-bit weights no pair overflows, so every CPU computes the same
+    vectors (on the issue's AVX2 EPYC the full-range graph fell to cosine 0.975 for the question "x").
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -221,7 +225,7 @@ def quantize_model(graph: Path, out: Path) -> Path:
     root.addFilter(_no_preprocessing_advice)  # onnxruntime logs it on the root logger; the graph needs none
     try:
         with _atomic_path(out) as tmp:
-            quantize_dynamic(graph, tmp, weight_type=QuantType.QInt8, per_channel=True)
+            quantize_dynamic(graph, tmp, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
     finally:
         root.removeFilter(_no_preprocessing_advice)
     return out

@@ -40,7 +40,7 @@ def local_counter() -> TokenCounter:
 def tiktoken_counter(encoding: str) -> TokenCounter:
     """tiktoken's ``encoding``, or the local tokenizer as a stand-in (``exact=False``) when it cannot load.
 
-    Loading fails fast offline (tiktoken tries to download its BPE file; DESIGN.md "Dependency facts").
+    Loading fails fast offline (tiktoken tries to download its BPE file; docs/settings.md: ``TIKTOKEN_CACHE_DIR``).
     Caching the returned object, stand-in included, is what caches the failure: one attempt, one warning.
     """
     import tiktoken

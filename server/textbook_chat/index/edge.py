@@ -22,7 +22,7 @@ from typing import IO, Any
 import qdrant_edge as edge
 
 from textbook_chat.core import private
-from textbook_chat.index.engine import DENSE, SPARSE, EngineError, IndexLocked, Scored
+from textbook_chat.index.engine import DENSE, RRF_K, SPARSE, EngineError, HybridQuery, IndexLocked, Scored
 from textbook_chat.index.sparse import Sparse
 
 log = logging.getLogger(__name__)
@@ -189,33 +189,22 @@ class EdgeCollection:
     async def delete(self, ids: list[str]) -> None:
         self._run(lambda shard: shard.update(edge.UpdateOperation.delete_points(list[Any](ids))))
 
-    async def hybrid(
-        self,
-        dense: Sequence[float],
-        sparse: Sparse,
-        *,
-        limit: int,
-        module: str | None,
-        file_paths: Sequence[str] | None,
-    ) -> list[Scored]:
-        conditions: list[Any] = []
-        if module:
-            conditions.append(edge.FieldCondition(key="module", match=edge.MatchValue(module)))
-        if file_paths:
-            conditions.append(edge.FieldCondition(key="file_path", match=edge.MatchAny(list(file_paths))))
-        query_filter = edge.Filter(must=conditions) if conditions else None
-        prefetches = [
-            edge.Prefetch(limit=limit * 2, query=edge.Query.Nearest(list(dense), using=DENSE), filter=query_filter)
-        ]
-        if sparse.indices:
-            keyword = edge.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
-            prefetches.append(
-                edge.Prefetch(limit=limit * 2, query=edge.Query.Nearest(keyword, using=SPARSE), filter=query_filter)
+    async def hybrid(self, query: HybridQuery) -> list[Scored]:
+        conditions: list[Any] = [
+            edge.FieldCondition(
+                key=key, match=edge.MatchAny(value) if isinstance(value, list) else edge.MatchValue(value)
             )
+            for key, value in query.filters()
+        ]
+        query_filter = edge.Filter(must=conditions) if conditions else None
+        lists = [edge.Query.Nearest(list(query.dense), using=DENSE)]
+        if query.keyword:
+            keyword = edge.SparseVector(indices=list(query.sparse.indices), values=list(query.sparse.values))
+            lists.append(edge.Query.Nearest(keyword, using=SPARSE))
         request = edge.QueryRequest(
-            limit=limit,
-            prefetches=prefetches,
-            query=edge.Fusion.Rrf(k=2),  # type: ignore[arg-type]
+            limit=query.limit,
+            prefetches=[edge.Prefetch(limit=query.prefetch, query=q, filter=query_filter) for q in lists],
+            query=edge.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]
             with_payload=True,
             with_vector=[DENSE],
         )

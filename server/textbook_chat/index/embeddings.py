@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
+import json
 import logging
 import os
 import random
@@ -33,6 +35,17 @@ log = logging.getLogger(__name__)
 Role = Literal["batch", "background", "query"]  # which of the local model's sessions embeds (LocalEmbedder)
 
 _LOCAL_MAX_WORDPIECES = 256
+# The int8 question graph is used where its vectors of these texts are within QUERY_COSINE of the float32 graph's
+# (short and odd texts drift most: the one letter "x" went to 0.975 on an AVX2 CPU without VNNI).
+PROBE_TEXTS = (
+    "x",
+    "?",
+    "ros2 topic echo /joint_states",
+    "Gazebo & Unity",
+    "What is a URDF file?",
+    "A humanoid keeps its balance by moving its centre of mass over the support polygon.",
+)
+QUERY_COSINE = 0.98
 _OPENAI_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 _OPENAI_MAX_INPUT_TOKENS = 8191
 _OPENAI_MAX_REQUEST_TOKENS = 250_000
@@ -96,15 +109,19 @@ class LocalEmbedder:
     chunk_tokens = 200  # below the 256 word pieces it reads, leaving room for the heading breadcrumb
     chunk_overlap = 30
 
-    def __init__(self, data_dir: Path, *, batch_size: int = 32, query_cache_size: int = 512) -> None:
+    def __init__(
+        self, data_dir: Path, *, batch_size: int = 32, query_cache_size: int = 512, query_cosine: float = QUERY_COSINE
+    ) -> None:
         self.counter = local_counter()
         self._data_dir = data_dir
+        self._query_cosine = query_cosine
         self._batch_size = batch_size
         # onnxruntime sessions, each loaded on first use (onnx_minilm.py has the two graphs):
         # "batch": float32 chunks at ingest, each inference spread over every core;
         # "background": float32 chunks of a re-ingest while serving, on one core at a lower priority;
-        # "query": the int8 graph, one question at a time on one thread (a question is too small to split:
-        # 2.3x faster here under load, bench/chat.py), so two questions run side by side on two cores.
+        # "query": the int8 graph (float32 where this CPU's integer kernels drift: query_graph), one question at a
+        # time on one thread (a question is too small to split: 2.3x faster here under load, bench/chat.py), so
+        # two questions run side by side on two cores.
         # Only "query" lives as long as the server; release_batches drops the other two.
         self._sessions: dict[Role, Any] = {}
         self._words: onnx_minilm.WordTable | None = None  # rows read from the model's word table as needed
@@ -205,25 +222,79 @@ class LocalEmbedder:
             session = self._sessions.get(role)
             if session is not None:
                 return session
-            import onnxruntime
-
             files = onnx_minilm.cached_model(self._data_dir)
             if self._words is None:
                 self._words = onnx_minilm.WordTable(files.words)
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = (os.cpu_count() or 1) if role == "batch" else 1
-            options.inter_op_num_threads = 1
-            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-            # onnxruntime's CPU arena keeps the peak of the largest batch for the life of its session (about
-            # 1 GB after an ingest). The query session, which lives as long as the server, has none: a query
-            # is as fast without (6.1 vs 6.2 ms). The every-core batch session keeps it: whole-book ingest is
-            # 24 % slower without (600 chunks of the shared book in 22.7 s vs 17.3 s), and a server releases
-            # that session, arena and all, once its start-up ingest is done (release_batches).
-            options.enable_cpu_mem_arena = role == "batch"
-            graph = files.query_graph if role == "query" else files.graph
-            session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+            graph = self.query_graph(files) if role == "query" else files.graph
+            session = _session(graph, role)
             self._sessions[role] = session
             return session
+
+    def query_graph(self, files: onnx_minilm.ModelFiles) -> Path:
+        """The int8 graph if its vectors of ``PROBE_TEXTS`` are within ``query_cosine`` of float32's on this CPU,
+        else the float32 graph; checked once per CPU and model (``files.query_check`` keeps the verdict), logged."""
+        cpu = _cpu_signature()
+        try:
+            record = json.loads(files.query_check.read_text())
+        except (OSError, ValueError):
+            record = {}
+        if record.get("cpu") != cpu or not isinstance(record.get("cosine"), float):
+            record = {"cpu": cpu, "cosine": self._probe(files)}
+            tmp = files.query_check.with_name(f".{files.query_check.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(record))
+            tmp.replace(files.query_check)
+        cosine = float(record["cosine"])
+        if cosine >= self._query_cosine:
+            log.info("questions are embedded by the int8 graph (cosine %.4f to float32 on this CPU)", cosine)
+            return files.query_graph
+        log.warning(
+            "questions are embedded by the float32 graph: this CPU's integer kernels put the int8 graph at cosine "
+            "%.4f of float32 (under %.2f)",
+            cosine,
+            self._query_cosine,
+        )
+        return files.graph
+
+    def _probe(self, files: onnx_minilm.ModelFiles) -> float:
+        """The lowest cosine between the int8 and the float32 graph's vectors of ``PROBE_TEXTS``, one at a time."""
+        if self._words is None:
+            self._words = onnx_minilm.WordTable(files.words)
+        graphs = (_session(files.graph, "query"), _session(files.query_graph, "query"))
+        lowest = 1.0
+        for encoding in wordpiece_tokenizer().encode_batch(list(PROBE_TEXTS)):
+            ids = np.array([_truncated(encoding.ids)], dtype=np.int64)
+            feeds = {"word_embeddings": self._words.rows(ids), "attention_mask": np.ones_like(ids)}
+            exact, quantized = (graph.run([onnx_minilm.OUTPUT_NAME], feeds)[0][0] for graph in graphs)
+            lowest = min(lowest, float(np.dot(exact, quantized)))
+        return round(lowest, 4)
+
+
+def _session(graph: Path, role: Role) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = (os.cpu_count() or 1) if role == "batch" else 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # onnxruntime's CPU arena keeps the peak of the largest batch for the life of its session (about
+    # 1 GB after an ingest). The query session, which lives as long as the server, has none: a query
+    # is as fast without (6.1 vs 6.2 ms). The every-core batch session keeps it: whole-book ingest is
+    # 24 % slower without (600 chunks of the shared book in 22.7 s vs 17.3 s), and a server releases
+    # that session, arena and all, once its start-up ingest is done (release_batches).
+    options.enable_cpu_mem_arena = role == "batch"
+    return onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+
+
+def _cpu_signature() -> str:
+    """This CPU's model and instruction sets (which integer kernels onnxruntime picks), as a short digest."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        import platform
+
+        info = f"{platform.machine()} {platform.processor()}"
+    lines = [line for line in info.splitlines() if line.startswith(("model name", "flags", "Features", "CPU part"))]
+    return hashlib.sha256("\n".join(sorted(set(lines))).encode()).hexdigest()[:16]
 
 
 class OpenAIEmbedder:

@@ -12,10 +12,11 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from textbook_chat.core.settings import Settings
-from textbook_chat.index.engine import DENSE, PAYLOAD_INDEXES, SPARSE, EngineError, Scored
+from textbook_chat.index.engine import DENSE, PAYLOAD_INDEXES, RRF_K, SPARSE, EngineError, HybridQuery, Scored
 from textbook_chat.index.sparse import Sparse
 
 T = TypeVar("T")
+_SERVER_DEFAULT_RRF_K = 2  # Qdrant's RRF constant when none is given
 
 
 def connect(settings: Settings) -> AsyncQdrantClient:
@@ -106,31 +107,25 @@ class ServerCollection:
         selector = models.PointIdsList(points=list[models.ExtendedPointId](ids))
         await self.client.delete(self.collection, points_selector=selector, wait=True)
 
-    async def hybrid(
-        self,
-        dense: Sequence[float],
-        sparse: Sparse,
-        *,
-        limit: int,
-        module: str | None,
-        file_paths: Sequence[str] | None,
-    ) -> list[Scored]:
-        conditions: list[models.Condition] = []
-        if module:
-            conditions.append(models.FieldCondition(key="module", match=models.MatchValue(value=module)))
-        if file_paths:
-            conditions.append(models.FieldCondition(key="file_path", match=models.MatchAny(any=list(file_paths))))
+    async def hybrid(self, query: HybridQuery) -> list[Scored]:
+        conditions: list[models.Condition] = [
+            models.FieldCondition(
+                key=key,
+                match=models.MatchAny(any=value) if isinstance(value, list) else models.MatchValue(value=value),
+            )
+            for key, value in query.filters()
+        ]
         query_filter = models.Filter(must=conditions) if conditions else None
-        prefetch = [models.Prefetch(query=list(dense), using=DENSE, limit=limit * 2, filter=query_filter)]
-        if sparse.indices:
-            keyword = models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
-            prefetch.append(models.Prefetch(query=keyword, using=SPARSE, limit=limit * 2, filter=query_filter))
+        prefetch = [models.Prefetch(query=list(query.dense), using=DENSE, limit=query.prefetch, filter=query_filter)]
+        if query.keyword:
+            keyword = models.SparseVector(indices=list(query.sparse.indices), values=list(query.sparse.values))
+            prefetch.append(models.Prefetch(query=keyword, using=SPARSE, limit=query.prefetch, filter=query_filter))
         response = await _engine(
             self.client.query_points(
                 self.collection,
                 prefetch=prefetch,
-                query=models.FusionQuery(fusion=models.Fusion.RRF),
-                limit=limit,
+                query=_fusion(),
+                limit=query.limit,
                 with_payload=True,
                 with_vectors=[DENSE],
             )
@@ -152,3 +147,11 @@ class ServerCollection:
             )
         )
         return bool(response.points)
+
+
+def _fusion() -> models.FusionQuery | models.RrfQuery:
+    """RRF with the policy's ``RRF_K``: a server before 1.16 (the compose file's 1.15) takes no k, and its default
+    is the policy's, so the plain fusion is sent then; any other k is sent as a parameter."""
+    if RRF_K == _SERVER_DEFAULT_RRF_K:
+        return models.FusionQuery(fusion=models.Fusion.RRF)
+    return models.RrfQuery(rrf=models.Rrf(k=RRF_K))

@@ -18,7 +18,7 @@ import numpy as np
 
 from textbook_chat.core.errors import IndexMismatch, RetrievalUnavailable
 from textbook_chat.core.settings import Settings
-from textbook_chat.index.engine import Backend, EngineError
+from textbook_chat.index.engine import Backend, EngineError, HybridQuery
 from textbook_chat.index.sparse import Sparse
 
 log = logging.getLogger(__name__)
@@ -221,7 +221,9 @@ class VectorIndex:
         """
         await self._verify()
         scored = await self._call(
-            self.backend.hybrid(dense, sparse, limit=limit + _TIE_MARGIN, module=module, file_paths=file_paths)
+            self.backend.hybrid(
+                HybridQuery(dense, sparse, limit=limit + _TIE_MARGIN, module=module, file_paths=file_paths)
+            )
         )
         cosines = _cosines(dense, [vector for *_, vector in scored])
         hits = [

@@ -1,13 +1,13 @@
 """Confidence: how sure retrieval is that the book answers the question, on one scale for every embedder.
 
-DESIGN.md: the weighted mean of the top-5 similarities (weights 0.4, 0.25, 0.15, 0.1, 0.1); below 0.2
-decline, 0.2–0.3 low, 0.3–0.7 medium, from 0.7 high. MiniLM and OpenAI similarities live on different
-scales, so each embedder has a ``Calibration``: the raw weighted means that correspond to the design's
-0.2 / 0.3 / 0.7, mapped piecewise-linearly. Everything downstream (levels, the adaptive module filter,
-the ``confidence`` in ``meta``) uses the common scale. Two additions to the design: a passage's similarity
-is its dense cosine plus a keyword-coverage bonus (``retrieval.py``), and the weighted mean is scaled by
-the squared share of the question's names (identifiers, proper nouns) that the book mentions at all.
-The numbers and how they were chosen are in the README ("Confidence calibration").
+The weighted mean of the top-5 similarities (weights 0.4, 0.25, 0.15, 0.1, 0.1; docs/evaluation.md, "How confidence
+is computed"); below 0.2 decline, 0.2–0.3 low, 0.3–0.7 medium, from 0.7 high. MiniLM and OpenAI similarities live on
+different scales, so each embedder has a ``Calibration``: the raw weighted means that correspond to the design's 0.2
+/ 0.3 / 0.7, mapped piecewise-linearly. Everything downstream (levels, the adaptive module filter, the
+``confidence`` in ``meta``) uses the common scale. Two additions to the design: a passage's similarity is its dense
+cosine plus a keyword-coverage bonus (``retrieval.py``), and the weighted mean is scaled by the squared share of the
+question's names (identifiers, proper nouns) that the book mentions at all. The numbers and how they were chosen are
+in docs/evaluation.md ("Confidence calibration").
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def level(confidence: float) -> Level:
 
 
 def filter_decision(filtered: float, unfiltered: float | None) -> FilterDecision:
-    """DESIGN.md's adaptive module filter; ``unfiltered`` is only needed (and searched) below PARTIAL_FILTER."""
+    """The adaptive module filter (docs/evaluation.md, "How confidence is computed"); ``unfiltered`` is only
+    needed (and searched) below PARTIAL_FILTER."""
     if filtered >= STRICT_FILTER:
         return "strict"
     if filtered >= PARTIAL_FILTER:

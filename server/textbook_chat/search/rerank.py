@@ -165,4 +165,4 @@ def held(selection: set[tuple[str, ...]], text: str) -> float:
 
 WORD = re.compile(r"\w+")
 _FENCE = re.compile(r"```.*?(```|$)|~~~.*?(~~~|$)", re.S)
-_MARKS = re.compile(r"[#*_`>|]|\[(?=[^\]]*\]\()|\]\([^)]*\)")
+_MARKS = re.compile(r"[#*_`>|]|\[(?=[^\[\]]*\]\()|\]\([^)\[\]]*\)")

@@ -1,9 +1,9 @@
 """Retrieval: embed, search (dense + keyword, fused), rerank and diversify, fit the budget, widen the scope.
 
-Plain values in, dataclasses out (no Starlette). Confidence (``confidence.py``) comes from the kept
-sources' relevance (dense cosine plus keyword coverage) and the names the book knows; the module filter
-follows DESIGN.md's adaptive rules. Where confidence is in doubt, the cross-encoder's second opinion
-(``second_opinion.py``) may decline or answer after all, and orders the candidates it read.
+Plain values in, dataclasses out (no Starlette). Confidence (``confidence.py``) comes from the kept sources'
+relevance (dense cosine plus keyword coverage) and the names the book knows; the module filter follows the adaptive
+rules of docs/evaluation.md ("How confidence is computed"). Where confidence is in doubt, the cross-encoder's second
+opinion (``second_opinion.py``) may decline or answer after all, and orders the candidates it read.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from textbook_chat.core import metrics, rarity
 from textbook_chat.core.errors import RetrievalUnavailable
+from textbook_chat.core.modes import Mode
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
 from textbook_chat.index.vectors import Hit, VectorIndex
@@ -48,7 +49,6 @@ _SELECTION_BOOST = 0.3
 # for the GIL and a core (bench/chat.py). Larger indexes search in a thread so the loop is not held.
 _TERMS_CACHE = 20_000  # chunks whose keyword terms the rerank keeps (a book has a few thousand)
 
-Mode = Literal["textbook", "selection"]
 NoticeCode = Literal["low_confidence", "scope_widened", "scope_partial", "scope_limited"]
 
 
@@ -75,7 +75,7 @@ class Source:
         return " > ".join(self.heading_path) + "\n" + self.text
 
     def event(self) -> dict[str, Any]:
-        """The ``sources`` event entry (DESIGN.md SSE protocol)."""
+        """The ``sources`` event entry (docs/sse-protocol.md)."""
         return {
             "n": self.n,
             "chunk_id": self.chunk_id,

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from textbook_chat.core.modes import Mode
+
 Role = Literal["user", "assistant"]
 Status = Literal["streaming", "complete", "interrupted", "failed"]
-Mode = Literal["textbook", "selection"]
 Rating = Literal["up", "down"]
 
 

@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from textbook_chat.core import metrics
+from textbook_chat.core.modes import Mode
 from textbook_chat.store.database import Database
 from textbook_chat.store.rows import (
     Citation,
@@ -26,7 +27,6 @@ from textbook_chat.store.rows import (
     Exchange,
     LateQuestion,
     MessageRow,
-    Mode,
     NewSession,
     Rating,
     SessionRow,

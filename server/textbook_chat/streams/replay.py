@@ -49,7 +49,7 @@ def _sources(message: MessageRow) -> list[dict[str, Any]]:
         {
             "n": c.position,
             "chunk_id": c.chunk_id,
-            "file_path": "",  # not stored with citations (DESIGN.md schema)
+            "file_path": "",  # not stored with citations (docs/schema.md)
             "module": c.module,
             "chapter": c.chapter,
             "title": c.title,

@@ -1,10 +1,10 @@
 """The SSE protocol: numbered events per message, kept for replay, delivered to any number of listeners.
 
-Generation runs as its own task and publishes into a ``MessageStream``; HTTP responses only subscribe.
-When the last listener leaves, generation goes on for ``STREAM_GRACE_S`` so a reconnect can catch up,
-then is cancelled (DESIGN.md "Generation"). Readers get typed ``Event``s (events.py), each payload already
-one line of JSON, so nothing the model or the book says can add a field; the web stage (``web/sse.py``)
-writes them as Server-Sent Events.
+Generation runs as its own task and publishes into a ``MessageStream``; HTTP responses only subscribe. When the last
+listener leaves, generation goes on for ``STREAM_GRACE_S`` so a reconnect can catch up, then is cancelled
+(docs/architecture.md, "The path of one question"). Readers get typed ``Event``s (events.py), each payload already
+one line of JSON, so nothing the model or the book says can add a field; the web stage (``web/sse.py``) writes them
+as Server-Sent Events.
 """
 
 from __future__ import annotations

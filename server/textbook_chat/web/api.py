@@ -21,7 +21,7 @@ from textbook_chat.chat import exchange as chat_pipeline
 from textbook_chat.chat import message_events
 from textbook_chat.chat.question import Asker, Question, SessionRef
 from textbook_chat.chat.service import ChatService, Started
-from textbook_chat.core import logs, schemas
+from textbook_chat.core import logs
 from textbook_chat.core.errors import (
     BadRequest,
     NotFound,
@@ -33,7 +33,7 @@ from textbook_chat.store.rows import Citation, MessageRow
 from textbook_chat.store.sessions import Store
 from textbook_chat.streams.events import Event
 from textbook_chat.web import health as health_checks
-from textbook_chat.web import ratelimit, sse
+from textbook_chat.web import ratelimit, schemas, sse
 from textbook_chat.web.services import Services
 
 CANCEL_WAIT_S = 2.0  # DELETE answers once the stream has ended, or says it is still ending

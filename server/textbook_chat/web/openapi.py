@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from textbook_chat import __version__
-from textbook_chat.core.schemas import CHAT_REQUEST_SCHEMA, FEEDBACK_REQUEST_SCHEMA
+from textbook_chat.web.schemas import CHAT_REQUEST_SCHEMA, FEEDBACK_REQUEST_SCHEMA
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _SSE = {

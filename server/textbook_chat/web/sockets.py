@@ -38,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from textbook_chat.core.settings import Settings
+from textbook_chat.web import protocol_shape
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,9 @@ class SocketGuard:
         return guard
 
     def protocol(self) -> Any:
-        """What uvicorn's ``http=`` takes: a factory of ``GuardedProtocol`` bound to this guard."""
+        """What uvicorn's ``http=`` takes: a factory of ``GuardedProtocol`` bound to this guard; raises if uvicorn's
+        protocol has changed shape (``protocol_shape``), as a server without its deadlines must not start."""
+        protocol_shape.require_shape()
         return partial(GuardedProtocol, guard=self)
 
     def __getstate__(self) -> dict[str, Any]:  # `serve --workers N` sends it to each worker: counts start at 0

@@ -1,6 +1,7 @@
 """Request bodies: JSON in, validated frozen dataclasses out, with a clear 400 naming the field.
 
-The limits are ``ChatRequest``'s (docs/http-api.md); the JSON Schemas here also feed ``/openapi.json``.
+The limits are ``ChatRequest``'s (docs/http-api.md); the JSON Schemas here also feed ``/openapi.json``. Only
+``web`` reads them: it hands the chat stage a ``chat.question.Question``.
 """
 
 from __future__ import annotations
@@ -26,10 +27,6 @@ class ChatRequest:
     selected_text: str | None = None
     page_url: str | None = None
     client_request_id: uuid.UUID | None = None
-
-    @property
-    def mode(self) -> str:
-        return "selection" if self.selected_text else "textbook"
 
 
 @dataclass(frozen=True)
