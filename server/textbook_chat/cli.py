@@ -114,19 +114,13 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser(
         "eval", help="measure retrieval on a question set (hit@k, MRR, declines, scope) and the offline answer's facts"
     )
-    evaluate.add_argument(
-        "questions", type=Path, help="a question set (questions.jsonl) or a conversation set (docs/evaluation.md)"
-    )
-    evaluate.add_argument(
-        "--misses", action="store_true", help="with a conversation set: list the later turns missed in context"
-    )
+    evaluate.add_argument("questions", type=Path, help="a question set or a conversation set (docs/evaluation.md)")
+    evaluate.add_argument("--misses", action="store_true", help="with a conversation set: list the turns missed")
     evaluate.add_argument("--module-aware", action="store_true", help="ask answerable questions within their module")
     evaluate.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures as JSON")
     evaluate.add_argument("--plot", type=Path, default=None, metavar="PATH", help="draw confidence histograms (PNG)")
     evaluate.add_argument("--calibrate", action="store_true", help="derive a calibration from these questions")
-    evaluate.add_argument(
-        "--no-second-opinion", action="store_true", help="decide without the cross-encoder (to compare)"
-    )
+    evaluate.add_argument("--no-second-opinion", action="store_true", help="decide without the cross-encoder")
     evaluate.add_argument(
         "--save", action="store_true", help="with --calibrate: keep that calibration with the index (serve uses it)"
     )

@@ -186,6 +186,8 @@ def _clean_env(home: Path) -> dict[str, str]:
 def _run(
     command: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
+    if env is None:  # building and installing see no checkout on the path: pip would take it as installed
+        env = {key: value for key, value in os.environ.items() if key not in _NOT_INHERITED}
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done

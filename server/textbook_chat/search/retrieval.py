@@ -191,8 +191,7 @@ class Retriever:
         return evidence, [s.passage for s in _sources(kept)]
 
     async def warm(self) -> None:
-        """Load the embedder, the English word list and the second opinion's model, and touch the index now, not on
-        the first question."""
+        """Load the embedder, the word list and the second opinion's model, and touch the index, before any question."""
         rarity.load()
         dense = await self.embedder.embed_query("warm up")
         if await self.index.exists():
@@ -255,7 +254,7 @@ class Retriever:
 
     async def _absent_share(self, question: str, candidates: Sequence[Source]) -> float:
         """The share of the question's content words (``sparse.content``) that the book never uses, in any form."""
-        words = list(dict.fromkeys(sparse.content(question)))
+        words = sparse.content(question)  # distinct, in order
         if not words:
             return 0.0
         seen = set().union(*(sparse.terms(f"{' '.join(s.heading_path)}\n{s.text}") for s in candidates))

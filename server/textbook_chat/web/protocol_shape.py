@@ -8,8 +8,10 @@ deadlines. pyproject.toml pins uvicorn to the versions this was tested with; thi
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import uvicorn
 from uvicorn.protocols.http import httptools_impl
@@ -68,8 +70,17 @@ def require_shape(**classes: type) -> None:
         )
 
 
-def _self_attributes(cls: type) -> set[str]:
-    """Names assigned as ``self.NAME = ...`` (or annotated) anywhere in ``cls``'s own source."""
+@functools.cache
+def _self_attributes(cls: type) -> frozenset[str]:
+    """Names assigned as ``self.NAME = ...`` (or annotated) anywhere in ``cls``'s own source; read once a process.
+
+    Parsed on a thread of its own: CPython 3.11's parser can fail with "AST constructor recursion depth mismatch"
+    when called deep in a running server's stack (a fresh thread starts with a fresh count)."""
+    with ThreadPoolExecutor(max_workers=1) as parser:
+        return parser.submit(_assigned_in, cls).result()
+
+
+def _assigned_in(cls: type) -> frozenset[str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     names = set()
     for node in ast.walk(tree):
@@ -79,4 +90,4 @@ def _self_attributes(cls: type) -> set[str]:
         for part in (part for target in targets for part in ast.walk(target)):  # tuples unpacked too
             if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id == "self":
                 names.add(part.attr)
-    return names
+    return frozenset(names)
