@@ -52,6 +52,7 @@ def test_purge_without_a_database_says_so_without_a_traceback() -> None:
     assert "DATABASE_URL is not set" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_migrate_and_purge_against_a_real_database(clean_db: str) -> None:
     assert _run("migrate", env={"DATABASE_URL": clean_db}).returncode == 0
     with psycopg.connect(clean_db) as conn:

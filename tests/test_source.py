@@ -26,6 +26,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import textbook_chat
 
 SERVER = Path(__file__).resolve().parents[1] / "server" / "textbook_chat"
@@ -183,6 +185,7 @@ def server_patterns() -> dict[str, re.Pattern[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_pattern_runs_in_linear_time_on_pathological_lines() -> None:
     compiled = server_patterns()
     slow = {}

@@ -61,6 +61,7 @@ async def ask(client: httpx.AsyncClient, url: str = "") -> list[SSEEvent]:
 
 
 @pytest.mark.parametrize("case", list(HOSTILE), ids=list(HOSTILE))
+@pytest.mark.slow
 async def test_hostile_model_output_ends_with_done_and_is_stored_as_streamed(
     chat_server: Chat, clean_db: str, flush_redis: None, case: str
 ) -> None:
@@ -79,6 +80,7 @@ async def test_hostile_model_output_ends_with_done_and_is_stored_as_streamed(
         assert mirrored.xlen(events_key(message)) == len(stream if message == message_id else later)
 
 
+@pytest.mark.slow
 async def test_a_second_worker_resumes_later_answers_and_sigterm_exits_within_the_grace(
     demo_index_dir: Path, tmp_path: Path, clean_db: str, flush_redis: None
 ) -> None:

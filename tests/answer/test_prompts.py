@@ -128,6 +128,7 @@ def _write_hostile_book(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 async def test_an_injecting_book_page_and_selection_leave_the_system_rules_intact(tmp_path: Path) -> None:
     book = _write_hostile_book(tmp_path / "book")
     data_dir = tmp_path / "data"

@@ -77,6 +77,7 @@ async def test_an_answer_without_end_is_capped_at_its_characters() -> None:
     assert fake.streams_completed == 0
 
 
+@pytest.mark.slow
 async def test_a_stream_that_never_stops_ends_at_the_time_bound() -> None:
     fake = FakeOpenAI().then(Behaviour(pieces=("Begun",), forever=True, token_delay_s=0.01))
     started = time.perf_counter()

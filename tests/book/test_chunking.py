@@ -121,6 +121,7 @@ def expected_anchors(markdown: str) -> list[tuple[int, str, str]]:
 # -- the shared real book -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_file_of_the_real_book_is_indexed_or_reported_with_a_reason(book: Book) -> None:
     root = SHARED_BOOK / "docs"
     files = {p.relative_to(root).as_posix() for p in source_files(root)}
@@ -152,6 +153,7 @@ def test_no_chunk_is_empty_or_only_headings(book: Book) -> None:
         assert prose or code, (chunk.file_path, chunk.text[:80])
 
 
+@pytest.mark.slow
 def test_every_chunk_fits_the_minilm_budget_breadcrumb_included(book: Book) -> None:
     assert max(c.token_count for c in book.chunks) <= MAX_TOKENS
     assert all(c.token_count == count(c.text) for c in book.chunks[::25])
@@ -488,6 +490,7 @@ def test_an_edit_past_the_code_head_still_changes_the_chunk(tmp_path: Path) -> N
     assert before.content_hash != after.content_hash and before.chunk_id != after.chunk_id
 
 
+@pytest.mark.slow
 def test_the_shared_books_code_is_embedded_by_its_head(book: Book) -> None:
     for chunk in book.chunks:
         if "```" not in chunk.text and "~~~" not in chunk.text:

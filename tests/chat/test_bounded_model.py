@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from tests.chat.test_chat import QUESTION, ask, assert_protocol, stored_messages
 from tests.conftest import Chat
 from tests.fake_openai import Behaviour
 from tests.sse_client import answer_text, of_type
 
 
+@pytest.mark.slow
 async def test_a_line_without_end_ends_as_length_while_health_answers_within_a_second(
     chat_server: Chat, clean_db: str
 ) -> None:
@@ -35,6 +38,7 @@ async def test_a_line_without_end_ends_as_length_while_health_answers_within_a_s
     assert (assistant["content"], assistant["status"]) == ("Balance is kept", "complete")
 
 
+@pytest.mark.slow
 async def test_a_model_that_never_stops_ends_at_the_time_bound(chat_server: Chat, clean_db: str) -> None:
     async with chat_server(llm=True, LLM_MAX_ANSWER_S="1") as (client, fake):
         fake.then(Behaviour(pieces=("Balance",), forever=True, token_delay_s=0.02))
@@ -48,6 +52,7 @@ async def test_a_model_that_never_stops_ends_at_the_time_bound(chat_server: Chat
     assert stored_messages(clean_db)[1]["content"] == answer_text(stream)
 
 
+@pytest.mark.slow
 async def test_a_20_mb_answer_is_capped_and_stored_capped(chat_server: Chat, clean_db: str) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.then(Behaviour(pieces=("z" * 1000,) * 20_000, token_delay_s=0.0005))

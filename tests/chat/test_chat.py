@@ -56,6 +56,7 @@ def assert_protocol(stream: list[SSEEvent]) -> None:
 # -- the happy paths ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_offline_answer_streams_the_protocol_and_is_stored_with_its_citations(
     chat_server: Chat, clean_db: str
 ) -> None:
@@ -89,6 +90,7 @@ async def test_an_offline_answer_streams_the_protocol_and_is_stored_with_its_cit
         assert citation["url"].startswith("http://localhost:3000/docs/") and "#" in citation["url"]
 
 
+@pytest.mark.slow
 async def test_the_model_answer_is_relayed_with_its_citations_and_usage(chat_server: Chat, clean_db: str) -> None:
     async with chat_server(llm=True) as (client, fake):
         stream = await ask(client)
@@ -107,6 +109,7 @@ async def test_the_model_answer_is_relayed_with_its_citations_and_usage(chat_ser
     assert [c["position"] for c in stored_citations(clean_db, str(assistant["id"]))] == [1, 2]
 
 
+@pytest.mark.slow
 async def test_the_answer_is_in_the_history_by_the_time_done_arrives(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.default = ok("Balance comes from feedback [1].", token_delay_s=0.01)
@@ -119,6 +122,7 @@ async def test_the_answer_is_in_the_history_by_the_time_done_arrives(chat_server
     assert (answer["role"], answer["status"], answer["content"]) == ("assistant", "complete", answer_text(stream))
 
 
+@pytest.mark.slow
 async def test_the_conversation_so_far_goes_into_the_next_prompt(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         first = (await ask(client))[0].json()
@@ -132,6 +136,7 @@ async def test_the_conversation_so_far_goes_into_the_next_prompt(chat_server: Ch
     )
 
 
+@pytest.mark.slow
 async def test_model_output_cannot_forge_sse_fields(chat_server: Chat) -> None:
     hostile = 'Here [1]\n\nevent: done\nid: 99\ndata: {"finish_reason": "forged"}\n\nretry: 1'
     async with chat_server(llm=True) as (client, fake):
@@ -142,6 +147,7 @@ async def test_model_output_cannot_forge_sse_fields(chat_server: Chat) -> None:
     assert of_type(stream, "done")[0]["finish_reason"] == "stop"
 
 
+@pytest.mark.slow
 async def test_a_model_answer_that_cites_nothing_says_so(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.default = ok("Balance comes from feedback, as every walking robot shows.")
@@ -152,6 +158,7 @@ async def test_a_model_answer_that_cites_nothing_says_so(chat_server: Chat) -> N
     assert done["cited"] == [] and done["invalid_markers"] == []
 
 
+@pytest.mark.slow
 async def test_a_marker_outside_the_sources_is_reported_and_not_a_citation(chat_server: Chat, clean_db: str) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.default = ok("Balance comes from feedback [1], and from the ankles [9].")
@@ -164,6 +171,7 @@ async def test_a_marker_outside_the_sources_is_reported_and_not_a_citation(chat_
     assert of_type(replayed, "done")[0]["invalid_markers"] == [9]  # a reconnect sees the same
 
 
+@pytest.mark.slow
 async def test_a_well_cited_model_answer_has_no_uncited_notice(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.default = ok("Balance comes from feedback [1] and from the ankles [2].")
@@ -172,6 +180,7 @@ async def test_a_well_cited_model_answer_has_no_uncited_notice(chat_server: Chat
     assert of_type(stream, "done")[0]["invalid_markers"] == []
 
 
+@pytest.mark.slow
 async def test_an_out_of_scope_question_is_declined_with_related_sections(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         stream = await ask(client, OUT_OF_SCOPE)
@@ -182,6 +191,7 @@ async def test_an_out_of_scope_question_is_declined_with_related_sections(chat_s
     assert "won't guess" in answer_text(stream)
 
 
+@pytest.mark.slow
 async def test_selection_mode_answers_from_the_selected_text(chat_server: Chat) -> None:
     selection = (
         "The Zero Moment Point is the point on the ground where the net moment of the inertial and "
@@ -219,6 +229,7 @@ async def test_a_bad_request_is_a_json_error_not_a_stream(chat_server: Chat) -> 
     ],
     ids=["500", "503", "timeout", "429"],
 )
+@pytest.mark.slow
 async def test_one_llm_failure_is_retried_once(chat_server: Chat, script: list[Behaviour], expected_notices) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.then(*script)
@@ -239,6 +250,7 @@ async def test_one_llm_failure_is_retried_once(chat_server: Chat, script: list[B
     ],
     ids=["500-twice", "timeout-twice", "429-twice", "401"],
 )
+@pytest.mark.slow
 async def test_a_failing_llm_falls_back_to_the_offline_generator(
     chat_server: Chat, clean_db: str, script: list[Behaviour]
 ) -> None:
@@ -253,6 +265,7 @@ async def test_a_failing_llm_falls_back_to_the_offline_generator(
     assert stored_messages(clean_db)[1]["status"] == "complete"
 
 
+@pytest.mark.slow
 async def test_a_long_retry_after_is_not_waited_for(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.then(Behaviour(status=429, retry_after="120"))
@@ -262,6 +275,7 @@ async def test_a_long_retry_after_is_not_waited_for(chat_server: Chat) -> None:
     assert notice_codes(stream) == ["offline_generator"]
 
 
+@pytest.mark.slow
 async def test_a_stream_dropped_midway_is_completed_from_the_book(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.then(Behaviour(drop_after_tokens=4))
@@ -274,6 +288,7 @@ async def test_a_stream_dropped_midway_is_completed_from_the_book(chat_server: C
     assert of_type(stream, "done")[0]["finish_reason"] == "fallback"
 
 
+@pytest.mark.slow
 async def test_retrieval_down_answers_from_the_faq(chat_server: Chat) -> None:
     async with chat_server(llm=True, QDRANT_URL="http://127.0.0.1:1", QDRANT_TIMEOUT_S="0.5") as (client, fake):
         stream = await ask(client, "How do I install ROS 2?")
@@ -283,6 +298,7 @@ async def test_retrieval_down_answers_from_the_faq(chat_server: Chat) -> None:
     assert "ROS 2" in answer_text(stream) and fake.requests == []
 
 
+@pytest.mark.slow
 async def test_postgres_down_still_answers_with_a_notice(chat_server: Chat) -> None:
     async with chat_server(DATABASE_URL=CLOSED_PORT_PG_URL, DB_TIMEOUT_S="0.5") as (client, _):
         stream = await ask(client)

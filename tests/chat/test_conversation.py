@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from tests.conftest import Chat
 from tests.sse_client import SSEEvent, answer_text, of_type, read_all
@@ -42,6 +43,7 @@ def questions(database_url: str) -> list[dict[str, Any]]:
         ).fetchall()
 
 
+@pytest.mark.slow
 async def test_a_follow_up_is_answered_from_the_sections_of_what_it_refers_to(chat_server: Chat, clean_db: str) -> None:
     async with chat_server() as (client, _):
         _, second = await follow_up(client, GAZEBO, CONNECT)
@@ -57,6 +59,7 @@ async def test_a_follow_up_is_answered_from_the_sections_of_what_it_refers_to(ch
     ]
 
 
+@pytest.mark.slow
 async def test_a_follow_up_the_book_answers_in_context_is_not_declined_for_its_vague_words(chat_server: Chat) -> None:
     async with chat_server() as (client, _):
         _, second = await follow_up(client, GAZEBO, "How do I install it?")
@@ -65,12 +68,14 @@ async def test_a_follow_up_the_book_answers_in_context_is_not_declined_for_its_v
     assert finish(second) == "stop" and "Gazebo" in " ".join(headings(second))
 
 
+@pytest.mark.slow
 async def test_an_out_of_scope_follow_up_is_still_declined(chat_server: Chat) -> None:
     async with chat_server() as (client, _):
         _, second = await follow_up(client, GAZEBO, "And how do I cook pasta?")
     assert finish(second) == "declined"
 
 
+@pytest.mark.slow
 async def test_a_topic_switch_is_retrieved_as_if_it_were_asked_first(chat_server: Chat, clean_db: str) -> None:
     switch = "What safety standards apply to humanoid robots?"
     async with chat_server() as (client, _):
@@ -80,6 +85,7 @@ async def test_a_topic_switch_is_retrieved_as_if_it_were_asked_first(chat_server
     assert [q["standalone"] for q in questions(clean_db)] == [None, None, None]
 
 
+@pytest.mark.slow
 async def test_the_model_gets_the_history_and_the_sources_retrieved_in_context(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         await follow_up(client, GAZEBO, CONNECT)
@@ -91,6 +97,7 @@ async def test_the_model_gets_the_history_and_the_sources_retrieved_in_context(c
     assert CONNECTING in first_source
 
 
+@pytest.mark.slow
 async def test_a_question_about_a_selection_takes_its_context_from_the_selection_not_the_session(
     chat_server: Chat, clean_db: str
 ) -> None:

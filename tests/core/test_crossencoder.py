@@ -57,6 +57,7 @@ def test_the_installed_files_are_the_pinned_ones() -> None:
 
 
 @pytest.mark.parametrize("max_tokens", [256, 128, 20, 5])
+@pytest.mark.slow
 def test_pairs_are_what_the_models_own_tokenizer_makes_of_them(max_tokens: int) -> None:
     from tokenizers import Tokenizer
 

@@ -52,6 +52,7 @@ async def chat_once(demo_index_dir: Path, tmp_path: Path, clean_db: str, request
     return message_id
 
 
+@pytest.mark.slow
 async def test_every_line_of_a_chat_is_json_with_its_request_id_and_message_id(
     demo_index_dir: Path, tmp_path: Path, clean_db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -69,6 +70,7 @@ async def test_every_line_of_a_chat_is_json_with_its_request_id_and_message_id(
 
 
 @pytest.mark.parametrize(("level", "logged"), [("info", False), ("debug", True)])
+@pytest.mark.slow
 async def test_the_question_text_is_logged_only_at_debug(
     demo_index_dir: Path,
     tmp_path: Path,

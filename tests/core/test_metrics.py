@@ -61,6 +61,7 @@ async def ask(client: httpx.AsyncClient, question: str = QUESTION) -> list[SSEEv
     return await read_all(client, "POST", "/api/chat", json={"question": question})
 
 
+@pytest.mark.slow
 async def test_a_chat_moves_requests_latency_confidence_and_token_metrics(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, _):
         before = await scrape(client)
@@ -80,6 +81,7 @@ async def test_a_chat_moves_requests_latency_confidence_and_token_metrics(chat_s
     assert after.value("textbook_open_streams") == 0 and after.value("textbook_generations_in_progress") == 0
 
 
+@pytest.mark.slow
 async def test_a_stream_in_progress_shows_as_open_until_it_ends(chat_server: Chat) -> None:
     async with chat_server(llm=True) as (client, fake):
         fake.default = Behaviour(text=" ".join(["walking"] * 200), token_delay_s=0.02)
@@ -128,6 +130,7 @@ async def test_a_stream_in_progress_shows_as_open_until_it_ends(chat_server: Cha
         pytest.param({}, [], OUT_OF_SCOPE, {("textbook_declines_total", ""): 1}, id="out of scope: declined"),
     ],
 )
+@pytest.mark.slow
 async def test_fallbacks_declines_and_llm_failures_are_counted_by_kind(
     chat_server: Chat,
     env: dict[str, str],
@@ -148,6 +151,7 @@ async def test_fallbacks_declines_and_llm_failures_are_counted_by_kind(
         assert moved(before, after, name) == 0, name
 
 
+@pytest.mark.slow
 async def test_without_an_api_key_every_answer_counts_as_an_offline_fallback_not_an_llm_error(
     chat_server: Chat,
 ) -> None:
@@ -159,6 +163,7 @@ async def test_without_an_api_key_every_answer_counts_as_an_offline_fallback_not
     assert moved(before, after, "textbook_llm_errors_total") == 0
 
 
+@pytest.mark.slow
 async def test_rate_limit_rejections_are_counted_and_metrics_are_never_rate_limited(chat_server: Chat) -> None:
     async with chat_server(llm=True, RATE_LIMIT_ANON="1/hour", RATE_LIMIT_READ="1/minute") as (client, _):
         before = await scrape(client)
@@ -233,6 +238,7 @@ def _old_sessions(database_url: str, count: int) -> None:
         )
 
 
+@pytest.mark.slow
 async def test_with_a_shared_dir_the_server_sums_its_own_and_the_purge_jobs_metrics(
     demo_index_dir: Path, tmp_path: Path, clean_db: str
 ) -> None:
@@ -257,6 +263,7 @@ async def test_with_a_shared_dir_the_server_sums_its_own_and_the_purge_jobs_metr
     assert after.value("textbook_answers_total") == 1
 
 
+@pytest.mark.slow
 async def test_two_workers_write_to_one_dir_and_any_of_them_reports_the_sum(tmp_path: Path) -> None:
     shared = tmp_path / "metrics"
     # Qdrant on a closed port: the workers start anyway (the FAQ answers), which is all this needs.

@@ -55,6 +55,7 @@ async def test_one_opener_at_a_time_even_before_a_shard_exists(tmp_path: Path) -
     await reopened.close()
 
 
+@pytest.mark.slow
 async def test_an_ingest_killed_mid_write_leaves_an_index_that_opens_answers_and_completes(tmp_path: Path) -> None:
     env = {**os.environ, "DATA_DIR": str(tmp_path), "EMBEDDER": "local", "LOG_LEVEL": "warning"}
     shard = tmp_path / "qdrant" / "edge" / "textbook"

@@ -102,6 +102,7 @@ def _erf(x: Array) -> Array:
     return np.vectorize(math.erf, otypes=[np.float64])(x)  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_local_embeddings_match_a_plain_numpy_forward_pass(embedder: LocalEmbedder) -> None:
     reference = NumpyMiniLM()
     vectors = embedder.embed(TEXTS)  # one call: short texts are padded next to long ones
@@ -123,6 +124,7 @@ def test_embedding_in_batches_gives_the_same_vectors_as_one_text_at_a_time(embed
     np.testing.assert_allclose(together, alone, atol=1e-5)
 
 
+@pytest.mark.slow
 async def test_documents_are_embedded_off_the_event_loop(embedder: LocalEmbedder) -> None:
     ticks = 0
 
@@ -153,6 +155,7 @@ def test_the_word_table_is_read_from_its_file_row_by_row_exactly_as_saved(tmp_pa
         words.close()
 
 
+@pytest.mark.slow
 async def test_after_an_ingest_the_chunks_model_copies_are_released_and_come_back_when_needed(
     tmp_path: Path,
 ) -> None:
@@ -171,6 +174,7 @@ async def test_after_an_ingest_the_chunks_model_copies_are_released_and_come_bac
         await embedder.aclose()
 
 
+@pytest.mark.slow
 async def test_a_question_is_embedded_within_cosine_0_98_of_the_float32_reference_on_any_cpu(
     embedder: LocalEmbedder,
 ) -> None:
@@ -212,6 +216,7 @@ async def test_the_int8_check_runs_once_per_cpu_and_again_on_another(embedder: L
     assert chosen == (files.query_graph if measured["cosine"] >= QUERY_COSINE else files.graph)
 
 
+@pytest.mark.slow
 def test_a_model_cache_without_the_questions_int8_copy_gets_one_and_loses_its_stale_files(
     embedder: LocalEmbedder, tmp_path: Path
 ) -> None:
@@ -301,6 +306,7 @@ async def test_openai_embeddings_come_back_in_input_order_in_batches_of_at_most_
     assert vectors == [embed(text, 1536) for text in texts]
 
 
+@pytest.mark.slow
 async def test_openai_requests_stay_under_the_per_request_token_limit() -> None:
     fake = FakeOpenAI()
     long_texts = [f"joint{i} " + "torque " * 9000 for i in range(31)]  # each truncated to 8,191 tokens
@@ -316,6 +322,7 @@ async def test_openai_requests_stay_under_the_per_request_token_limit() -> None:
     assert len(vectors) == 31
 
 
+@pytest.mark.slow
 async def test_openai_rate_limits_and_server_errors_are_retried() -> None:
     fake = FakeOpenAI().then(Behaviour(status=429, retry_after="0"), Behaviour(status=503))
     async with serving(fake.app()) as url:
@@ -328,6 +335,7 @@ async def test_openai_rate_limits_and_server_errors_are_retried() -> None:
     assert vector == embed("balance control", 1536)
 
 
+@pytest.mark.slow
 async def test_a_stalled_openai_request_times_out_and_is_retried() -> None:
     fake = FakeOpenAI().then(Behaviour(stall_s=3.0))
     async with serving(fake.app()) as url:

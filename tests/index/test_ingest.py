@@ -111,6 +111,7 @@ def edit_one_paragraph(book: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_a_first_ingest_indexes_every_chunk_of_the_book(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder
 ) -> None:
@@ -122,6 +123,7 @@ async def test_a_first_ingest_indexes_every_chunk_of_the_book(
     assert report.summary().startswith(f"{len(expected)} new, 0 updated, 0 deleted, 0 unchanged")
 
 
+@pytest.mark.slow
 async def test_re_ingesting_an_unchanged_book_embeds_nothing(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder
 ) -> None:
@@ -133,6 +135,7 @@ async def test_re_ingesting_an_unchanged_book_embeds_nothing(
     assert await indexed(index) == before
 
 
+@pytest.mark.slow
 async def test_a_book_served_from_a_new_address_is_not_re_embedded_and_its_citations_follow(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder
 ) -> None:
@@ -148,6 +151,7 @@ async def test_a_book_served_from_a_new_address_is_not_re_embedded_and_its_citat
     assert sorted(p.url.removeprefix(moved) for p in after) == sorted(p.url.removeprefix(BASE) for p in before)
 
 
+@pytest.mark.slow
 async def test_editing_one_file_re_embeds_only_its_changed_chunks(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder
 ) -> None:
@@ -165,6 +169,7 @@ async def test_editing_one_file_re_embeds_only_its_changed_chunks(
     assert await indexed(index) == after
 
 
+@pytest.mark.slow
 async def test_deleting_a_file_removes_its_points(book: Path, index: VectorIndex, embedder: RecordingEmbedder) -> None:
     await run(book, index, embedder)
     gone = book / "docs" / "01-foundations" / "02-kinematics-balance-control.md"
@@ -179,6 +184,7 @@ async def test_deleting_a_file_removes_its_points(book: Path, index: VectorIndex
     assert "01-foundations/02-kinematics-balance-control.md" not in set((await indexed(index)).values())
 
 
+@pytest.mark.slow
 async def test_a_dry_run_reports_changes_and_writes_nothing(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder
 ) -> None:
@@ -197,6 +203,7 @@ async def test_a_dry_run_reports_changes_and_writes_nothing(
     assert await indexed(index) == before
 
 
+@pytest.mark.slow
 async def test_an_interrupted_ingest_followed_by_a_rerun_leaves_a_consistent_index(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -225,6 +232,7 @@ async def test_an_interrupted_ingest_followed_by_a_rerun_leaves_a_consistent_ind
     assert len(embedder.embedded) == len(set(chunk_ids(book)) - set(half_done))
 
 
+@pytest.mark.slow
 async def test_code_past_its_head_is_not_embedded_but_found_by_keyword(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -239,6 +247,7 @@ async def test_code_past_its_head_is_not_embedded_but_found_by_keyword(
     assert not await index.mentions(sparse.Sparse((sparse.term_index("commit_gait_yy"),), (1.0,)))
 
 
+@pytest.mark.slow
 async def test_force_rebuilds_the_collection_from_scratch(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder
 ) -> None:

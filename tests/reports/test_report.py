@@ -53,6 +53,7 @@ def _subject(text: str) -> str:
     return "book"
 
 
+@pytest.mark.slow
 async def test_three_declined_subjects_come_out_as_three_topics_largest_first(
     store: Store, clean_db: str, embedder: LocalEmbedder
 ) -> None:
@@ -134,6 +135,7 @@ async def test_the_report_never_carries_ids_tokens_or_addresses(
     assert "reader@example.org" not in rendered and "203.0.113.9" not in rendered and "'h'" not in rendered
 
 
+@pytest.mark.slow
 async def test_closest_sections_point_into_the_book(
     store: Store, clean_db: str, embedder: LocalEmbedder, demo_index_dir: Path, tmp_path: Path
 ) -> None:
@@ -230,6 +232,7 @@ async def admin(chat_server: Chat, clean_db: str) -> AsyncIterator[httpx.AsyncCl
         yield client
 
 
+@pytest.mark.slow
 async def test_the_report_routes_answer_only_the_admin_token(admin: httpx.AsyncClient) -> None:
     reply = await admin.post("/api/chat/messages", json={"question": "What is ZMP?"})
     reader_token = reply.json()["session_token"]
@@ -259,6 +262,7 @@ async def test_the_report_routes_answer_only_the_admin_token(admin: httpx.AsyncC
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "validation_error"
 
 
+@pytest.mark.slow
 async def test_the_report_page_allows_no_script_no_framing_and_no_sniffing(admin: httpx.AsyncClient) -> None:
     page = await admin.get("/admin/report", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     assert page.status_code == 200
@@ -295,6 +299,7 @@ def test_a_short_admin_token_is_refused_at_start() -> None:
 # -- the command -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_report_command_prints_a_table_and_writes_html_and_json(clean_db: str, tmp_path: Path) -> None:
     _seed(clean_db, [Asked(q, model="decline", confidence=0.1) for q in MONEY] + reader_month(random.Random(2))[:40])
     env = {"DATABASE_URL": clean_db, "DATA_DIR": str(tmp_path / "empty"), "PATH": "/usr/bin:/bin"}
@@ -313,6 +318,7 @@ def test_the_report_command_prints_a_table_and_writes_html_and_json(clean_db: st
     assert (tmp_path / "r.html").read_text().startswith("<!doctype html>")
 
 
+@pytest.mark.slow
 def test_the_report_command_refuses_a_bad_period_in_one_line(clean_db: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "textbook_chat", "report", "--since", "a fortnight"],
@@ -322,6 +328,7 @@ def test_the_report_command_refuses_a_bad_period_in_one_line(clean_db: str) -> N
     assert "--since" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_report_command_shows_readers_terminal_escapes_without_obeying_them(clean_db: str, tmp_path: Path) -> None:
     hostile = [
         "How do I fix a mortgage rate?\x1b]0;PWNED\x07\x1b[2J",

@@ -59,6 +59,7 @@ async def _topics(store: Store, embedder: LocalEmbedder) -> list[report.Topic]:
         return (await report.build(conn, embedder)).topics
 
 
+@pytest.mark.slow
 async def test_a_follow_up_is_counted_in_the_topic_of_what_it_was_about(
     store: Store, clean_db: str, embedder: LocalEmbedder
 ) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import DEMO_BOOK, Chat
 from tests.sse_client import of_type, read_all
@@ -74,6 +75,7 @@ def test_the_fingerprint_changes_with_a_page_and_ignores_hidden_folders(tmp_path
     assert fingerprint(book) == before
 
 
+@pytest.mark.slow
 async def test_a_page_added_while_serving_is_answered_from_within_seconds(chat_server: Chat, tmp_path: Path) -> None:
     book = _book(tmp_path)
     async with chat_server(BOOK_PATH=str(book), BOOK_WATCH_S="0.2", RATE_LIMIT_ANON="1000/hour") as (client, _):
@@ -82,6 +84,7 @@ async def test_a_page_added_while_serving_is_answered_from_within_seconds(chat_s
         assert await _until(lambda: _cites_the_new_page(client), timeout_s=60)
 
 
+@pytest.mark.slow
 async def test_sighup_re_ingests_at_once_when_watching_is_off(chat_server: Chat, tmp_path: Path) -> None:
     book = _book(tmp_path)
     async with chat_server(BOOK_PATH=str(book), BOOK_WATCH_S="0", RATE_LIMIT_ANON="1000/hour") as (client, _):

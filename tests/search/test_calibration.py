@@ -75,6 +75,7 @@ def _ingest(book: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     return capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_ingest_derives_the_calibration_and_re_derives_it_only_when_the_book_changes(
     book: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -94,6 +95,7 @@ def test_ingest_derives_the_calibration_and_re_derives_it_only_when_the_book_cha
     assert again not in (None, SENTINEL) and source == "book"
 
 
+@pytest.mark.slow
 def test_a_calibration_derived_with_another_query_model_is_derived_again_at_the_next_ingest(
     book: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -115,6 +117,7 @@ async def _forget_query_model(data_dir: Path) -> None:
         await services.index.write_metadata(calibration=record)
 
 
+@pytest.mark.slow
 def test_an_operators_calibration_survives_a_re_ingest_until_calibrate_derives_one_from_the_book(
     book: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -143,6 +146,7 @@ def test_save_without_calibrate_is_a_usage_error(monkeypatch: pytest.MonkeyPatch
     assert main(["eval", str(DEMO_BOOK / "questions.jsonl"), "--save"]) == 2
 
 
+@pytest.mark.slow
 async def test_the_derivation_is_deterministic_and_serve_answers_with_what_is_stored(
     demo_index_dir: Path, tmp_path: Path
 ) -> None:

@@ -56,6 +56,7 @@ def test_a_follow_up_on_another_page_than_the_first_question_is_told_apart(tmp_p
     assert [t.other_page for t in conversation.turns] == [False, False, True]
 
 
+@pytest.mark.slow
 def test_eval_replays_a_conversation_set_in_context_alone_and_rewritten(
     demo_index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -177,6 +177,7 @@ def test_eval_refuses_a_missing_question_file_in_one_line(capsys: pytest.Capture
     assert err.startswith("error: ") and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_eval_on_the_demo_book_prints_the_table_and_writes_json(
     demo_index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

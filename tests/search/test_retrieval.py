@@ -338,6 +338,7 @@ async def demo_server_retriever(
     await index.close()
 
 
+@pytest.mark.slow
 async def test_the_embedded_and_server_engines_answer_the_same_hybrid_query_on_the_demo_book(
     demo_retriever: Retriever, demo_server_retriever: Retriever
 ) -> None:

@@ -120,6 +120,7 @@ async def book(demo_index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         opinion.close()
 
 
+@pytest.mark.slow
 async def test_it_declines_an_answer_whose_passages_do_not_answer(book: Book) -> None:
     without = await Retriever(book.index, book.embedder, book.calibration).retrieve(DOG)
     assert not without.declined and without.level == "low"  # the book's calibration alone answers it
@@ -253,6 +254,7 @@ async def test_without_the_cross_encoder_retrieval_answers_as_before_and_logs_on
         crossencoder.verified_dir.cache_clear()
 
 
+@pytest.mark.slow
 async def test_the_thresholds_are_derived_deterministically_kept_with_the_index_and_used_by_serve(
     demo_index_dir: Path, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from tests.conftest import ROOT, copy_index
 from tests.servers import server_process
@@ -35,6 +36,7 @@ async def _ask(url: str) -> tuple[str, str]:
         return started["session_id"], started["session_token"]
 
 
+@pytest.mark.slow
 async def test_the_default_run_keeps_history_across_a_restart_and_stops_its_postgres(
     demo_index_dir: Path, tmp_path: Path
 ) -> None:
@@ -53,6 +55,7 @@ async def test_the_default_run_keeps_history_across_a_restart_and_stops_its_post
     assert [m["role"] for m in history.json()["messages"]] == ["user", "assistant"]
 
 
+@pytest.mark.slow
 async def test_a_server_killed_outright_leaves_postgres_to_the_next_one_which_stops_it(
     demo_index_dir: Path, tmp_path: Path
 ) -> None:
@@ -67,6 +70,7 @@ async def test_a_server_killed_outright_leaves_postgres_to_the_next_one_which_st
     assert not _postgres_of(data)
 
 
+@pytest.mark.slow
 async def test_embedded_postgres_off_means_history_off(demo_index_dir: Path, tmp_path: Path) -> None:
     data = copy_index(demo_index_dir, tmp_path / "data")
     async with server_process(_env(data, EMBEDDED_POSTGRES="off"), tmp_path / "s.log") as (_, url):
@@ -75,6 +79,7 @@ async def test_embedded_postgres_off_means_history_off(demo_index_dir: Path, tmp
     assert not (data / "postgres").exists()
 
 
+@pytest.mark.slow
 async def test_a_postgres_that_cannot_start_is_one_line_and_history_off(demo_index_dir: Path, tmp_path: Path) -> None:
     data = copy_index(demo_index_dir, tmp_path / "data")
     (data / "postgres").write_text("not a folder")
@@ -85,6 +90,7 @@ async def test_a_postgres_that_cannot_start_is_one_line_and_history_off(demo_ind
     assert log.count("history is off: the embedded Postgres") == 1 and "Traceback" not in log
 
 
+@pytest.mark.slow
 async def test_report_and_purge_use_the_embedded_database_a_server_made(demo_index_dir: Path, tmp_path: Path) -> None:
     data = copy_index(demo_index_dir, tmp_path / "data")
     async with server_process(_env(data), tmp_path / "s.log") as (_, url):
@@ -106,6 +112,7 @@ async def test_report_and_purge_use_the_embedded_database_a_server_made(demo_ind
     assert not _postgres_of(data)
 
 
+@pytest.mark.slow
 def test_without_an_embedded_database_report_says_what_to_set(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "textbook_chat", "report"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **_env(tmp_path)},

@@ -83,6 +83,7 @@ async def read_while(client: httpx.AsyncClient, url: str, after_tokens: int, the
     return seen
 
 
+@pytest.mark.slow
 async def test_redis_dying_mid_answer_ends_the_relayed_stream_with_the_stored_answer(
     demo_index_dir: Path, tmp_path: Path, clean_db: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -108,6 +109,7 @@ async def test_redis_dying_mid_answer_ends_the_relayed_stream_with_the_stored_an
     assert len(outage_lines) == 1 and outage_lines[0].exc_info is None
 
 
+@pytest.mark.slow
 async def test_without_redis_or_a_stored_answer_the_relayed_read_ends_with_one_retryable_error(
     demo_index_dir: Path, tmp_path: Path, clean_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -80,6 +80,7 @@ def stored_answer(database_url: str, message_id: str) -> tuple[str, str]:
     return row[0], row[1]
 
 
+@pytest.mark.slow
 async def test_a_posted_message_streams_from_its_capability_url(server: Server, clean_db: str) -> None:
     async with server() as (client, fake):
         created = await post_message(client)
@@ -92,6 +93,7 @@ async def test_a_posted_message_streams_from_its_capability_url(server: Server, 
     assert len(fake.requests) == 1
 
 
+@pytest.mark.slow
 async def test_a_reconnect_resumes_after_last_event_id_without_duplicates(server: Server, clean_db: str) -> None:
     async with server() as (client, _):
         created = await post_message(client)
@@ -105,6 +107,7 @@ async def test_a_reconnect_resumes_after_last_event_id_without_duplicates(server
     assert [e.id for e in by_query] == [e.id for e in rest]
 
 
+@pytest.mark.slow
 async def test_a_reconnect_after_done_gets_204_and_a_new_reader_gets_the_whole_replay(server: Server) -> None:
     async with server() as (client, _):
         created = await post_message(client)
@@ -115,6 +118,7 @@ async def test_a_reconnect_after_done_gets_204_and_a_new_reader_gets_the_whole_r
     assert [(e.id, e.event, e.data) for e in replay] == [(e.id, e.event, e.data) for e in stream]
 
 
+@pytest.mark.slow
 async def test_a_finished_answer_replays_from_postgres_once_live_events_are_gone(server: Server) -> None:
     async with server() as (client, _):
         created = await post_message(client)
@@ -128,6 +132,7 @@ async def test_a_finished_answer_replays_from_postgres_once_live_events_are_gone
     assert after_done.status_code == 204
 
 
+@pytest.mark.slow
 async def test_history_hands_a_reader_who_reloaded_mid_answer_the_stream_to_follow(server: Server) -> None:
     async with server() as (client, _):
         created = await post_message(client)
@@ -144,6 +149,7 @@ async def test_history_hands_a_reader_who_reloaded_mid_answer_the_stream_to_foll
 
 
 @pytest.mark.parametrize("mangle", ["wrong", "missing", "other-message", "expired"])
+@pytest.mark.slow
 async def test_a_wrong_or_expired_capability_is_a_404(server: Server, mangle: str) -> None:
     async with server(STREAM_TTL_S="1") as (client, _):
         created = await post_message(client)
@@ -162,6 +168,7 @@ async def test_a_wrong_or_expired_capability_is_a_404(server: Server, mangle: st
     assert get.json()["error"]["code"] == "not_found"
 
 
+@pytest.mark.slow
 async def test_a_double_submitted_client_request_id_runs_one_generation(server: Server) -> None:
     async with server() as (client, fake):
         first = await post_message(client, client_request_id="6f1c1d7e-5a43-4c1e-9d7a-0b7f3b0f4a11")
@@ -205,6 +212,7 @@ async def test_a_client_request_id_from_another_conversation_is_a_409(server: Se
         assert conn.execute("SELECT count(*) FROM chat_messages WHERE role = 'user'").fetchone() == (2,)
 
 
+@pytest.mark.slow
 async def test_delete_stops_the_generation_within_a_second(server: Server, clean_db: str) -> None:
     slow = FakeOpenAI(default=ok(LONG_ANSWER, token_delay_s=0.05))
     async with server(fake=slow, STREAM_GRACE_S="30") as (client, fake):
@@ -236,6 +244,7 @@ def _orphan(database_url: str, session_id: str) -> uuid.UUID:
     return answer
 
 
+@pytest.mark.slow
 async def test_an_answer_left_streaming_by_a_dead_worker_ends_interrupted_not_streaming_for_good(
     server: Server, clean_db: str
 ) -> None:
@@ -257,6 +266,7 @@ async def test_an_answer_left_streaming_by_a_dead_worker_ends_interrupted_not_st
 # -- two processes -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_reader_moves_to_another_worker_mid_answer_and_gets_every_event_once(
     demo_index_dir: Path, tmp_path: Path, clean_db: str, flush_redis: None
 ) -> None:

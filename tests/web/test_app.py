@@ -71,6 +71,7 @@ async def test_wrong_method_is_a_json_405(client: httpx.AsyncClient) -> None:
         (b'{"rating": "up", "extra": 1}', "validation_error"),
     ],
 )
+@pytest.mark.slow
 async def test_malformed_json_and_wrong_types_are_json_400s(client: httpx.AsyncClient, body: bytes, code: str) -> None:
     response = await client.post(
         "/api/messages/6f1c1a4e-8a7e-4d0e-9a57-0a8d0c9f3c11/feedback",
@@ -102,6 +103,7 @@ async def test_a_chunked_body_over_the_limit_is_a_json_413(client: httpx.AsyncCl
     "content_type",
     [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx"],
 )
+@pytest.mark.slow
 async def test_a_post_that_is_not_declared_json_is_a_415_before_anything_is_spent(
     client: httpx.AsyncClient, content_type: str | None
 ) -> None:
@@ -188,6 +190,7 @@ def unmigrated_db() -> Iterator[str]:
     drop_database(url)
 
 
+@pytest.mark.slow
 async def test_an_unmigrated_database_is_degraded_health_and_questions_are_answered_without_history(
     unmigrated_db: str, demo_index_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -218,6 +221,7 @@ def _count_messages(database_url: str) -> int:
     return int(row[0]) if row else 0
 
 
+@pytest.mark.slow
 async def test_the_served_app_warms_retrieval_and_freezes_its_start_up_heap(
     demo_index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -272,6 +276,7 @@ async def test_a_body_cut_off_mid_way_is_no_server_error_in_the_metrics_or_the_l
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
 
 
+@pytest.mark.slow
 def test_a_server_without_redis_never_loads_the_redis_client(demo_index_dir: Path, tmp_path: Path) -> None:
     # redis-py costs ~6 MB of a server's memory at start; one that has no REDIS_URL has no use for it.
     code = (

@@ -200,6 +200,7 @@ async def test_an_unreachable_jwks_is_a_401_not_a_500(provider: tuple[Provider, 
         await auth.user_id(f"Bearer {issuer.token()}")
 
 
+@pytest.mark.slow
 def test_a_server_without_sign_in_never_loads_pyjwt() -> None:
     # PyJWT pulls in cryptography (11 MB of the server's memory) and is only needed to verify a token.
     code = "import sys, textbook_chat.web.app, textbook_chat.cli; sys.exit('jwt' in sys.modules)"

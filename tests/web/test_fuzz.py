@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import jwt
+import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -99,6 +100,7 @@ def _fuzz(url: str, real: dict[str, Any]) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.slow
 async def test_every_route_survives_a_schema_driven_fuzz_and_answers_as_documented(
     demo_index_dir: Path, tmp_path: Path, clean_db: str
 ) -> None:

@@ -58,6 +58,7 @@ LONE_SURROGATE = '"\\ud800"'
 
 
 @pytest.mark.parametrize("field", ["question", "selected_text", "module"])
+@pytest.mark.slow
 async def test_a_lone_surrogate_in_a_chat_field_is_a_400_and_stores_nothing(
     client: httpx.AsyncClient, clean_db: str, field: str
 ) -> None:
@@ -70,6 +71,7 @@ async def test_a_lone_surrogate_in_a_chat_field_is_a_400_and_stores_nothing(
     assert _rows(clean_db) == (0, 0)
 
 
+@pytest.mark.slow
 async def test_a_lone_surrogate_in_a_feedback_comment_is_a_400(client: httpx.AsyncClient) -> None:
     started = (await client.post("/api/chat/messages", json={"question": "What is ZMP?"})).json()
     stream = await client.get(started["stream_url"])
@@ -91,12 +93,14 @@ async def test_a_lone_surrogate_in_a_feedback_comment_is_a_400(client: httpx.Asy
     ],
     ids=["nested-30000", "nested-in-a-field", "integer-5000-digits"],
 )
+@pytest.mark.slow
 async def test_json_too_deep_or_a_number_too_long_is_a_400(client: httpx.AsyncClient, body: str) -> None:
     for path in ("/api/chat", "/api/chat/messages"):
         response = await client.post(path, content=body, headers={"Content-Type": "application/json"})
         _refused(response, 400, 413)
 
 
+@pytest.mark.slow
 async def test_non_ascii_digits_are_not_numbers(client: httpx.AsyncClient) -> None:
     started = (await client.post("/api/chat/messages", json={"question": "What is ZMP?"})).json()
     history = f"/api/sessions/{started['session_id']}/messages"
@@ -112,6 +116,7 @@ async def test_non_ascii_digits_are_not_numbers(client: httpx.AsyncClient) -> No
 
 
 @pytest.mark.parametrize("cap", ["%C2%B2.x", "9" * 5_000 + ".x", "²²²²." + "A" * 32])
+@pytest.mark.slow
 async def test_a_mangled_capability_is_a_404_on_get_and_delete(client: httpx.AsyncClient, cap: str) -> None:
     _refused(await client.get(f"{NO_MESSAGE}/stream?cap={cap}"), 404)
     _refused(await client.delete(f"{NO_MESSAGE}?cap={cap}"), 404)

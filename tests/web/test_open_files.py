@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 
 import httpx
+import pytest
 from starlette.requests import Request
 
 from tests.conftest import TEST_REDIS_URL, demo_env
@@ -43,6 +44,7 @@ def answers_of(held: list[socket.socket]) -> list[bytes]:
     return found
 
 
+@pytest.mark.slow
 async def test_1000_half_sent_requests_from_one_address_leave_a_reader_at_another_answered(
     demo_index_dir: Path, tmp_path: Path, clean_db: str
 ) -> None:

@@ -113,6 +113,7 @@ async def fuzz_client(demo_index_dir: Path, tmp_path: Path, clean_db: str):
         yield client
 
 
+@pytest.mark.slow
 async def test_generated_requests_never_get_a_5xx_or_a_traceback(fuzz_client: httpx.AsyncClient) -> None:
     import random
 

@@ -80,6 +80,7 @@ def count_rows(database_url: str) -> tuple[int, int]:
 # -- history and ownership ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_the_session_token_reads_the_history_with_citations_oldest_first(app_server: App) -> None:
     async with app_server() as client:
         first = await ask(client)
@@ -105,6 +106,7 @@ async def test_the_session_token_reads_the_history_with_citations_oldest_first(a
     assert rest.json()["next"] is None
 
 
+@pytest.mark.slow
 async def test_a_signed_in_reader_lists_and_reads_their_sessions_from_any_device(app_server: App) -> None:
     async with app_server() as client:
         mine = await ask(client, headers=bearer("alice"))
@@ -128,6 +130,7 @@ async def test_a_signed_in_reader_lists_and_reads_their_sessions_from_any_device
     ],
     ids=["none", "wrong-token", "other-user", "forged-jwt"],
 )
+@pytest.mark.slow
 async def test_another_readers_session_cannot_be_read_deleted_or_rated(
     app_server: App, clean_db: str, credentials: dict[str, str]
 ) -> None:
@@ -159,6 +162,7 @@ async def test_an_expired_or_malformed_token_is_a_401_not_an_anonymous_downgrade
     assert garbage.status_code == 401 and wrong_scheme.status_code == 401
 
 
+@pytest.mark.slow
 async def test_feedback_is_idempotent_and_the_last_rating_wins(app_server: App, clean_db: str) -> None:
     async with app_server() as client:
         meta = await ask(client)
@@ -173,6 +177,7 @@ async def test_feedback_is_idempotent_and_the_last_rating_wins(app_server: App, 
         assert row.fetchone() == ("down", "too short")
 
 
+@pytest.mark.slow
 async def test_deleting_a_session_removes_its_messages_and_citations(app_server: App, clean_db: str) -> None:
     async with app_server() as client:
         meta = await ask(client)
@@ -204,6 +209,7 @@ async def test_the_eleventh_question_in_the_window_gets_429_with_retry_after(app
     assert reads.status_code == 200  # reading has its own budget
 
 
+@pytest.mark.slow
 async def test_two_workers_on_redis_share_one_limit(app_server: App) -> None:
     env = {"REDIS_URL": TEST_REDIS_URL, "RATE_LIMIT_ANON": "3/hour"}
     async with app_server(**env) as worker_a, app_server(**env) as worker_b:
@@ -214,6 +220,7 @@ async def test_two_workers_on_redis_share_one_limit(app_server: App) -> None:
     assert codes == [202, 202, 202, 429]
 
 
+@pytest.mark.slow
 async def test_a_forged_x_forwarded_for_mints_no_new_budget(app_server: App) -> None:
     async with app_server(RATE_LIMIT_ANON="2/hour") as client:
         codes = [
@@ -262,6 +269,7 @@ def test_the_client_address_believes_forwarded_for_only_through_trusted_proxies(
     assert client_address(peer, header, [ipaddress.ip_network(t) for t in trusted]) == expected
 
 
+@pytest.mark.slow
 async def test_a_caller_gets_at_most_n_answers_at_once(app_server: App) -> None:
     async with app_server(MAX_STREAMS_PER_CLIENT="2") as client:
         codes = [(await client.post("/api/chat/messages", json={"question": QUESTION})).status_code for _ in range(3)]
@@ -270,6 +278,7 @@ async def test_a_caller_gets_at_most_n_answers_at_once(app_server: App) -> None:
     assert busy.json()["error"]["code"] == "too_many_streams"
 
 
+@pytest.mark.slow
 async def test_a_session_over_its_daily_token_budget_is_refused(app_server: App, clean_db: str) -> None:
     async with app_server(SESSION_DAILY_TOKENS="100") as client:
         meta = await ask(client)
@@ -314,6 +323,7 @@ def _from(address: str) -> dict[str, str]:
     return {"X-Forwarded-For": address}
 
 
+@pytest.mark.slow
 async def test_a_client_request_id_replayed_by_someone_else_hands_over_nothing(app_server: App) -> None:
     async with app_server(TRUSTED_PROXIES="127.0.0.1/32") as client:
         request_id = str(uuid.uuid4())
@@ -338,6 +348,7 @@ async def test_a_client_request_id_replayed_by_someone_else_hands_over_nothing(a
         assert victim["session_token"] not in refused.text and victim["stream_url"] not in refused.text
 
 
+@pytest.mark.slow
 async def test_the_owners_own_retry_still_attaches_without_the_token_again(app_server: App) -> None:
     async with app_server(TRUSTED_PROXIES="127.0.0.1/32") as client:
         request_id = str(uuid.uuid4())
@@ -359,6 +370,7 @@ async def test_the_owners_own_retry_still_attaches_without_the_token_again(app_s
     assert "session_token" not in replayed
 
 
+@pytest.mark.slow
 async def test_a_signed_in_readers_request_id_repeats_only_for_that_reader(app_server: App) -> None:
     async with app_server() as client:
         request_id = str(uuid.uuid4())
@@ -373,6 +385,7 @@ async def test_a_signed_in_readers_request_id_repeats_only_for_that_reader(app_s
     assert stranger.status_code == anonymous.status_code == 409
 
 
+@pytest.mark.slow
 async def test_the_session_token_is_sent_once_and_never_in_a_replayed_meta(app_server: App) -> None:
     async with app_server() as client:
         live = await read_all(client, "POST", "/api/chat", json={"question": QUESTION})
@@ -391,6 +404,7 @@ async def test_the_session_token_is_sent_once_and_never_in_a_replayed_meta(app_s
 # -- limits that bent in the attack run ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_clients_own_forwarded_line_before_the_proxys_buys_no_budget(app_server: App) -> None:
     async with app_server(TRUSTED_PROXIES="127.0.0.1/32", RATE_LIMIT_ANON="3/minute") as client:
         codes = []
@@ -402,6 +416,7 @@ async def test_a_clients_own_forwarded_line_before_the_proxys_buys_no_budget(app
     assert codes == [202, 202, 202, 429, 429]
 
 
+@pytest.mark.slow
 async def test_behind_a_proxy_that_appends_the_port_each_client_has_its_own_budget_whatever_its_port(
     app_server: App,
 ) -> None:
@@ -416,6 +431,7 @@ async def test_behind_a_proxy_that_appends_the_port_each_client_has_its_own_budg
     assert first == [202, 202, 429] and other == [202]
 
 
+@pytest.mark.slow
 async def test_an_ipv6_client_is_limited_per_64_and_a_mapped_ipv4_is_the_ipv4(app_server: App) -> None:
     async with app_server(TRUSTED_PROXIES="127.0.0.1/32", RATE_LIMIT_ANON="3/minute") as client:
 
@@ -432,6 +448,7 @@ async def test_an_ipv6_client_is_limited_per_64_and_a_mapped_ipv4_is_the_ipv4(ap
     assert mapped == [202, 202, 202, 429]
 
 
+@pytest.mark.slow
 async def test_a_question_refused_for_too_many_open_answers_spends_nothing_and_says_the_budget(
     app_server: App,
 ) -> None:
@@ -451,6 +468,7 @@ async def test_a_question_refused_for_too_many_open_answers_spends_nothing_and_s
     assert later.status_code == 202 and later.headers["ratelimit-remaining"] == "3"
 
 
+@pytest.mark.slow
 async def test_an_answer_still_streaming_counts_against_the_daily_token_budget(app_server: App, clean_db: str) -> None:
     from textbook_chat.chat.exchange import IN_FLIGHT_TOKENS
 

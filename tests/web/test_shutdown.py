@@ -73,6 +73,7 @@ async def read_until_tokens(client: httpx.AsyncClient, started: asyncio.Event) -
 # -- the drain, driven in-process ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_while_draining_questions_get_503_with_retry_after_and_health_says_draining(chat_server: Server) -> None:
     async with chat_server(SHUTDOWN_GRACE_S="5") as (client, _, app):
         assert (await client.get("/health")).status_code == 200
@@ -86,6 +87,7 @@ async def test_while_draining_questions_get_503_with_retry_after_and_health_says
         assert (await client.get("/metrics")).status_code == 200  # scrapers still see the last figures
 
 
+@pytest.mark.slow
 async def test_an_answer_that_ends_within_the_grace_finishes_with_done_and_is_stored_complete(
     chat_server: Server, clean_db: str
 ) -> None:
@@ -103,6 +105,7 @@ async def test_an_answer_that_ends_within_the_grace_finishes_with_done_and_is_st
     assert (assistant["status"], assistant["content"]) == ("complete", SHORT)
 
 
+@pytest.mark.slow
 async def test_an_answer_still_running_after_the_grace_ends_with_a_retryable_error_and_is_stored_interrupted(
     chat_server: Server, clean_db: str
 ) -> None:
@@ -126,6 +129,7 @@ async def test_an_answer_still_running_after_the_grace_ends_with_a_retryable_err
 # -- the drill: SIGTERM to a real server process with 50 live streams ---------------------------------
 
 
+@pytest.mark.slow
 async def test_sigterm_during_50_live_streams_loses_nothing(
     demo_index_dir: Path, tmp_path: Path, clean_db: str
 ) -> None:

@@ -70,6 +70,7 @@ def _closed(reason: str) -> float:
     return metrics.SOCKETS_CLOSED.labels(reason)._value.get()  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 async def test_slow_headers_and_slow_bodies_are_closed_at_their_deadline_while_a_question_is_answered(
     served: Served,
 ) -> None:
@@ -106,6 +107,7 @@ async def test_a_connection_that_sends_nothing_is_closed_at_the_header_deadline(
     assert received.startswith(b"HTTP/1.1 408") and time.monotonic() - started < DEADLINE_S + 0.5
 
 
+@pytest.mark.slow
 async def test_a_kept_alive_connection_serves_requests_slower_than_the_deadline_apart(served: Served) -> None:
     guard = SocketGuard(header_timeout_s=DEADLINE_S, body_timeout_s=DEADLINE_S)
     async with served(guard) as url:
@@ -119,6 +121,7 @@ async def test_a_kept_alive_connection_serves_requests_slower_than_the_deadline_
     assert guard.pending == {}  # every request whole, none counted any more
 
 
+@pytest.mark.slow
 async def test_one_peers_unfinished_requests_are_capped_but_its_open_streams_are_not(served: Served) -> None:
     cap = 5
     async with served(SocketGuard(header_timeout_s=60, max_pending_per_peer=cap)) as url:
@@ -152,6 +155,7 @@ async def test_one_peers_unfinished_requests_are_capped_but_its_open_streams_are
     ],
     ids=["malformed-request-line", "malformed-header", "10000-query-parameters"],
 )
+@pytest.mark.slow
 async def test_what_uvicorn_refuses_itself_has_the_json_error_shape(served: Served, request_bytes: bytes) -> None:
     async with served(SocketGuard()) as url:
         reader, writer = await _connect(url)
@@ -178,6 +182,7 @@ async def test_a_head_over_the_limit_is_a_json_431_before_it_is_whole(served: Se
     assert received.startswith(b"HTTP/1.1 431") and b"request_headers_too_large" in received
 
 
+@pytest.mark.slow
 async def test_132_kb_of_pipelined_small_requests_in_one_write_are_all_answered_in_order(served: Served) -> None:
     """Each head is small; together they are twice MAX_HEAD_BYTES in one read (once a false 431), and more than
     MAX_QUEUED at once (the rest is parsed as the queue drains, not all at once)."""

@@ -69,6 +69,7 @@ def ended_stream(token: str, excerpt: str = "") -> MessageStream:
 
 
 @pytest.mark.parametrize("hostile", HOSTILE_TEXTS, ids=["lf-event", "cr-id", "crlf-retry", "comment", "unicode-breaks"])
+@pytest.mark.slow
 async def test_model_or_book_text_cannot_forge_an_sse_field(hostile: str) -> None:
     stream = ended_stream(hostile, excerpt=hostile)  # the model's token and a book excerpt alike
     async with serve_stream(stream) as url:

@@ -55,6 +55,7 @@ async def test_every_citation_url_of_the_demo_book_lands_on_a_page_with_that_anc
     assert len(pages) == 9 and len(chunks) > 50
 
 
+@pytest.mark.slow
 def test_every_citation_anchor_of_the_shared_real_book_exists_on_its_rendered_page() -> None:
     book = webapp.render_book(SHARED_BOOK)
     missing = [
