@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from textbook_chat.search.context import Earlier
+from textbook_chat.search.evaluate import mean, share
 from textbook_chat.search.retrieval import Retrieval, Retriever
 
 TurnKind = Literal["first", "follow_up", "switch", "out_of_scope"]
@@ -151,9 +152,9 @@ class Line:
 def line(askings: Sequence[Asking]) -> Line:
     return Line(
         len(askings),
-        _share(a.rank is not None for a in askings),
-        _mean(1 / a.rank if a.rank else 0.0 for a in askings),
-        _share(a.declined for a in askings),
+        share(a.rank is not None for a in askings),
+        mean(1 / a.rank if a.rank else 0.0 for a in askings),
+        share(a.declined for a in askings),
     )
 
 
@@ -189,7 +190,7 @@ def table(outcomes: Sequence[TurnOutcome], *, title: str = "") -> str:
     oos = [o for o in outcomes if o.turn.kind == "out_of_scope"]
     rows.append(
         f"{'out-of-scope follow-ups':<46} {'in context':<24} {len(oos):>3} {'':>6} {'':>6} "
-        f"{_share(o.in_context.declined for o in oos):>8.3f}"
+        f"{share(o.in_context.declined for o in oos):>8.3f}"
     )
     first = [o.in_context.ms for o in outcomes if o.turn.kind == "first"]
     later = [o.in_context.ms for o in outcomes if o.turn.kind != "first"]
@@ -224,13 +225,3 @@ def _asking(turn: Turn, result: Retrieval) -> Asking:
     wanted = set(turn.expected_files)
     rank = next((n for n, f in enumerate(files, start=1) if f in wanted), None)
     return Asking(rank, result.declined, result.timings_ms.get("retrieval", 0.0), result.standalone)
-
-
-def _share(flags: Iterable[bool]) -> float:
-    values = list(flags)
-    return round(sum(values) / len(values), 4) if values else 0.0
-
-
-def _mean(values: Iterable[float]) -> float:
-    items = list(values)
-    return round(sum(items) / len(items), 4) if items else 0.0

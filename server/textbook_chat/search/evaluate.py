@@ -170,18 +170,18 @@ def figures(outcomes: Sequence[Outcome]) -> Figures:
     selection = [o for o in outcomes if o.kind == "selection"]
     return Figures(
         answerable=len(answerable),
-        hit_at_1=_share(o.rank == 1 for o in answerable),
-        hit_at_5=_share(o.rank is not None for o in answerable),
-        mrr=_mean(1 / o.rank if o.rank else 0.0 for o in answerable),
-        wrongly_declined=_share(o.declined for o in answerable),
+        hit_at_1=share(o.rank == 1 for o in answerable),
+        hit_at_5=share(o.rank is not None for o in answerable),
+        mrr=mean(1 / o.rank if o.rank else 0.0 for o in answerable),
+        wrongly_declined=share(o.declined for o in answerable),
         out_of_scope=len(oos),
-        out_of_scope_declined=_share(o.declined for o in oos),
+        out_of_scope_declined=share(o.declined for o in oos),
         module_filter=len(module_filter),
-        module_filter_matched=_share(o.searched == o.expected for o in module_filter),
-        module_filter_hit_at_5=_share(o.rank is not None for o in module_filter),
+        module_filter_matched=share(o.searched == o.expected for o in module_filter),
+        module_filter_hit_at_5=share(o.rank is not None for o in module_filter),
         selection=len(selection),
-        selection_cited_at_1=_share(o.rank == 1 for o in selection),
-        selection_cited=_share(o.rank is not None for o in selection),
+        selection_cited_at_1=share(o.rank == 1 for o in selection),
+        selection_cited=share(o.rank is not None for o in selection),
         confidence_answerable_median=_median(o.confidence for o in answerable),
         confidence_out_of_scope_median=_median(o.confidence for o in oos),
         second_opinion_asked=sum(o.second_opinion is not None for o in outcomes),
@@ -243,7 +243,7 @@ def declines(outcomes: Sequence[Outcome], calibration: Calibration) -> tuple[flo
     def declined(raw: float) -> bool:
         return confidence.level(calibration.to_common(raw)) == "none"
 
-    return _share(declined(x) for x in oos), _share(declined(x) for x in answerable)
+    return share(declined(x) for x in oos), share(declined(x) for x in answerable)
 
 
 def cross_validate(outcomes: Sequence[Outcome]) -> list[tuple[Calibration, float, float]]:
@@ -308,23 +308,23 @@ def calibration_report(outcomes: Sequence[Outcome], current: Calibration) -> str
 
 
 def table(result: Figures, *, title: str = "") -> str:
-    def share(count: int, value: float) -> str:
+    def cell(count: int, value: float) -> str:
         return f"{value:.3f}" if count else "-"
 
     rows = [
         ("answerable questions", str(result.answerable)),
-        ("  hit@1", share(result.answerable, result.hit_at_1)),
-        ("  hit@5", share(result.answerable, result.hit_at_5)),
-        ("  MRR", share(result.answerable, result.mrr)),
-        ("  wrongly declined", share(result.answerable, result.wrongly_declined)),
+        ("  hit@1", cell(result.answerable, result.hit_at_1)),
+        ("  hit@5", cell(result.answerable, result.hit_at_5)),
+        ("  MRR", cell(result.answerable, result.mrr)),
+        ("  wrongly declined", cell(result.answerable, result.wrongly_declined)),
         ("out-of-scope questions", str(result.out_of_scope)),
-        ("  declined", share(result.out_of_scope, result.out_of_scope_declined)),
+        ("  declined", cell(result.out_of_scope, result.out_of_scope_declined)),
         ("module-filter questions", str(result.module_filter)),
-        ("  decision matches (module kept / widened)", share(result.module_filter, result.module_filter_matched)),
-        ("  hit@5", share(result.module_filter, result.module_filter_hit_at_5)),
+        ("  decision matches (module kept / widened)", cell(result.module_filter, result.module_filter_matched)),
+        ("  hit@5", cell(result.module_filter, result.module_filter_hit_at_5)),
         ("selection questions", str(result.selection)),
-        ("  selection's file cited first", share(result.selection, result.selection_cited_at_1)),
-        ("  selection's file cited", share(result.selection, result.selection_cited)),
+        ("  selection's file cited first", cell(result.selection, result.selection_cited_at_1)),
+        ("  selection's file cited", cell(result.selection, result.selection_cited)),
         ("median confidence, answerable", _optional(result.confidence_answerable_median)),
         ("median confidence, out of scope", _optional(result.confidence_out_of_scope_median)),
         ("second opinion asked", str(result.second_opinion_asked)),
@@ -409,12 +409,14 @@ def _outcome(question: Question, result: Retrieval, ranked: Sequence[Any], *, ex
     )
 
 
-def _share(flags: Iterable[bool]) -> float:
+def share(flags: Iterable[bool]) -> float:
+    """The share of true flags, to 4 places; 0 for none."""
     values = list(flags)
     return round(sum(values) / len(values), 4) if values else 0.0
 
 
-def _mean(values: Iterable[float]) -> float:
+def mean(values: Iterable[float]) -> float:
+    """The mean, to 4 places; 0 for none."""
     items = list(values)
     return round(sum(items) / len(items), 4) if items else 0.0
 
