@@ -6,6 +6,8 @@
 #   scripts/test.sh --quick    the developer's loop: the same static checks and vitest, then pytest without the tests
 #                              marked slow or wheel (-m "not slow and not wheel"); set-up steps already done are skipped
 #   scripts/test.sh [--quick] -k store -x    extra arguments go to pytest
+# pytest runs on TEST_WORKERS processes (pytest-xdist; default 2, at most 3: each takes its own Redis DB from 13 up),
+# a test file to a worker, so a file's module fixtures are built once; TEST_WORKERS=0 runs in this process alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -22,6 +24,7 @@ fi
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/data/tiktoken}"
 # This checkout first on the path (lint-imports, mypy and the commands tests start), whatever the venv's .pth says.
 export PYTHONPATH="$PWD/server:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+parallel=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 
 static_checks() {
   .venv/bin/ruff format --check server tests migrations scripts bench setup.py
@@ -31,21 +34,21 @@ static_checks() {
   (cd frontend && npx --no-install vitest run)
 }
 
-if [ "$quick" -eq 0 ]; then
-  static_checks
-  .venv/bin/pytest "$@"
-  exit
-fi
-# Quick: the static checks (mostly one core: mypy) run beside pytest; their output is printed after it.
-static_log=test-output/quick-static.log
+selection=()
+[ "$quick" -eq 1 ] && selection=(-m "not slow and not wheel")
+# The static checks (mostly one core: mypy) run beside pytest, whose workers often wait on servers and browsers;
+# their output is printed after it, and either failing fails the run.
+static_log=test-output/static-checks.log
 static_checks > "$static_log" 2>&1 &
 static=$!
 status=0
-.venv/bin/pytest -m "not slow and not wheel" "$@" || status=$?
-if wait "$static"; then
+.venv/bin/pytest "${parallel[@]}" "${selection[@]}" "$@" || status=$?
+static_ok=0
+wait "$static" || static_ok=$?
+cat "$static_log"
+if [ "$static_ok" -eq 0 ]; then
   echo "static checks (ruff, mypy, import contracts, vitest): passed ($static_log)"
 else
-  cat "$static_log"
   echo "static checks failed: $static_log"
   status=1
 fi

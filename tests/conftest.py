@@ -2,11 +2,16 @@
 
 The tests use the machine's real Postgres and Redis (no mocks). They create and drop their own
 database ``textbook_test_<random>`` and never touch other data.
+
+The suite runs in parallel (pytest-xdist, ``scripts/test.sh`` passes ``-n``): each worker has its own Postgres
+database and its own Redis DB number (some tests empty theirs), and the books' indexes are built once per run,
+by whichever worker asks first, then copied by every test that opens one.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import uuid
@@ -19,6 +24,7 @@ import psycopg
 import pytest
 from alembic import command
 from alembic.config import Config
+from filelock import FileLock
 
 from tests.fake_openai import FakeOpenAI
 from tests.servers import serving
@@ -35,7 +41,22 @@ DEMO_BOOK = ROOT / "examples" / "textbook"
 _inherited = os.environ.get("PYTHONPATH")
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT / "server"), str(ROOT), _inherited)))
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+# pytest-xdist names its workers gw0, gw1, ...; a run without it is one worker, number 0.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+
+
+def worker_redis_url(base: str) -> str:
+    """``base`` with its DB number raised by this worker's number: workers never share (or flush) a Redis DB."""
+    match = re.fullmatch(r"(.*/)(\d+)", base)
+    if match is None:
+        raise ValueError(f"TEST_REDIS_URL must end in a DB number (redis://host:port/N), not {base!r}")
+    number = int(match[2]) + WORKER
+    if number > 15:
+        raise ValueError(f"worker {WORKER} would use Redis DB {number}: lower TEST_REDIS_URL's DB or run fewer workers")
+    return f"{match[1]}{number}"
+
+
+TEST_REDIS_URL = worker_redis_url(os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13"))
 CLOSED_PORT_PG_URL = "postgresql://postgres@127.0.0.1:1/postgres"
 
 
@@ -171,16 +192,31 @@ async def _ingest_into(book: Path, data_dir: Path) -> Path:
     return data_dir
 
 
+async def _index_once(book: Path, name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The DATA_DIR holding ``book``'s index, built once per run: the first worker to ask builds it under a file
+    lock in the run's temporary folder (shared by every xdist worker); the others wait for it, then reuse it."""
+    run_root = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        run_root = run_root.parent  # each worker's basetemp is popen-gwN inside the run's
+    data_dir, done = run_root / name, run_root / f"{name}.done"
+    with FileLock(str(run_root / f"{name}.lock")):
+        if not done.exists():
+            data_dir.mkdir()
+            await _ingest_into(book, data_dir)
+            done.touch()
+    return data_dir
+
+
 @pytest.fixture(scope="session")
 async def demo_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A DATA_DIR holding the demo book's embedded index (built once per run); copy it before opening it."""
-    return await _ingest_into(DEMO_BOOK, tmp_path_factory.mktemp("demo-index"))
+    return await _index_once(DEMO_BOOK, "demo-index", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 async def shared_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A DATA_DIR holding the shared real book's embedded index (built at most once per run)."""
-    return await _ingest_into(SHARED_BOOK, tmp_path_factory.mktemp("shared-index"))
+    """A DATA_DIR holding the shared real book's embedded index (built once per run); copy it before opening it."""
+    return await _index_once(SHARED_BOOK, "shared-index", tmp_path_factory)
 
 
 def copy_index(src: Path, dst: Path) -> Path:

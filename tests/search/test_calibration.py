@@ -97,10 +97,13 @@ def test_ingest_derives_the_calibration_and_re_derives_it_only_when_the_book_cha
 
 @pytest.mark.slow
 def test_a_calibration_derived_with_another_query_model_is_derived_again_at_the_next_ingest(
-    book: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    book: Path,
+    demo_index_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    data_dir = tmp_path / "data"
-    _ingest(book, data_dir, monkeypatch, capsys)
+    data_dir = copy_index(demo_index_dir, tmp_path / "data")  # this book, ingested as the first test does
     asyncio.run(_save(data_dir, SENTINEL, "book"))
     asyncio.run(_forget_query_model(data_dir))  # as stored before questions were embedded in int8
     assert asyncio.run(_stored(data_dir)) == (SENTINEL, "book")  # still served until then
@@ -119,10 +122,14 @@ async def _forget_query_model(data_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_an_operators_calibration_survives_a_re_ingest_until_calibrate_derives_one_from_the_book(
-    book: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    book: Path,
+    demo_index_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    data_dir = tmp_path / "data"
-    _ingest(book, data_dir, monkeypatch, capsys)
+    data_dir = copy_index(demo_index_dir, tmp_path / "data")  # this book, ingested as the first test does
+    _ingest(book, data_dir, monkeypatch, capsys)  # the book's copy: unchanged, so nothing is re-derived
     questions = DEMO_BOOK / "questions.jsonl"
     assert main(["eval", str(questions), "--calibrate", "--save"]) == 0
     saved, source = asyncio.run(_stored(data_dir))

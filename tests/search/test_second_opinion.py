@@ -21,6 +21,7 @@ from textbook_chat.core.settings import Settings
 from textbook_chat.index.embeddings import Embedder
 from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.search import calibration, confidence
+from textbook_chat.search.calibration import Derived
 from textbook_chat.search.confidence import Calibration
 from textbook_chat.search.retrieval import Retriever
 from textbook_chat.search.second_opinion import (
@@ -103,6 +104,7 @@ class Book:
     embedder: Embedder
     calibration: Calibration
     opinion: SecondOpinion
+    derived: Derived
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +118,7 @@ async def book(demo_index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         derived = await calibration.derive(Retriever(services.index, services.embedder, None, opinion), services.index)
         assert derived.thresholds is not None
         opinion.thresholds = derived.thresholds
-        yield Book(services.index, services.embedder, derived.calibration, opinion)
+        yield Book(services.index, services.embedder, derived.calibration, opinion, derived)
         opinion.close()
 
 
@@ -256,7 +258,7 @@ async def test_without_the_cross_encoder_retrieval_answers_as_before_and_logs_on
 
 @pytest.mark.slow
 async def test_the_thresholds_are_derived_deterministically_kept_with_the_index_and_used_by_serve(
-    demo_index_dir: Path, tmp_path: Path
+    book: Book, demo_index_dir: Path, tmp_path: Path
 ) -> None:
     data_dir = copy_index(demo_index_dir, tmp_path / "data")
     settings = Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local"})
@@ -264,11 +266,12 @@ async def test_the_thresholds_are_derived_deterministically_kept_with_the_index_
         assert services.index is not None and services.embedder is not None
         opinion = SecondOpinion.load()
         try:
-            retriever = Retriever(services.index, services.embedder, None, opinion)
-            first = await calibration.derive(retriever, services.index)
-            second = await calibration.derive(retriever, services.index)
+            first = await calibration.derive(
+                Retriever(services.index, services.embedder, None, opinion), services.index
+            )
         finally:
             opinion.close()
+        second = book.derived  # the same book's derivation, on another copy of its index
         assert first.thresholds is not None and first.thresholds == second.thresholds
         assert first.opinion_probes == second.opinion_probes
         assert len(first.opinion_probes) == calibration.OPINION_PROBES
