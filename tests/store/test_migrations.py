@@ -43,7 +43,7 @@ def test_upgrade_downgrade_upgrade_round_trip(scratch_url: str) -> None:
     assert {
         "id", "session_id", "role", "content", "status", "mode", "module_filter", "selected_text", "confidence",
         "model", "prompt_tokens", "completion_tokens", "latency_ms", "feedback", "feedback_comment",
-        "client_request_id", "created_at", "standalone",
+        "client_request_id", "created_at", "standalone", "stream_marks",
     } == _columns(scratch_url, "chat_messages")  # fmt: skip
     report_tables = {"question_vectors", "gap_topics", "gap_topic_days", "question_days"}
     assert report_tables <= _tables(scratch_url)
@@ -133,3 +133,17 @@ def test_the_standalone_form_is_kept_on_questions_only_and_goes_with_a_downgrade
     command.downgrade(config, "0003")
     assert "standalone" not in _columns(scratch_url, "chat_messages")
     assert len(_columns(scratch_url, "chat_messages")) == 17
+
+
+def test_stream_marks_are_kept_on_answers_only_and_go_with_a_downgrade(scratch_url: str) -> None:
+    config = alembic_config(scratch_url)
+    command.upgrade(config, "head")
+    session_id = uuid.uuid4()
+    insert = "INSERT INTO chat_messages (id, session_id, role, content, stream_marks) VALUES (%s, %s, %s, %s, %s)"
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
+        conn.execute(insert, (uuid.uuid4(), session_id, "assistant", "Like this.", [0, 0, 5, 10]))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(insert, (uuid.uuid4(), session_id, "user", "How?", [0, 0, 4]))
+    command.downgrade(config, "0004")
+    assert "stream_marks" not in _columns(scratch_url, "chat_messages")

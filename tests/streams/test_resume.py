@@ -133,6 +133,25 @@ async def test_a_finished_answer_replays_from_postgres_once_live_events_are_gone
 
 
 @pytest.mark.slow
+async def test_a_reader_cut_off_mid_answer_resumes_after_a_restart_with_exactly_the_rest(server: Server) -> None:
+    """The live events are gone (a restart; no Redis): the stored answer's stream marks say what the reader's
+    last event had brought, so the reconnect gets the rest of the text, once, and its end."""
+    async with server() as (client, _):
+        created = await post_message(client)
+        cut_off = await read_some(client, created["stream_url"], tokens=3)
+        await read_all(client, "GET", created["stream_url"])  # the answer finishes and is stored
+    async with server() as (client, _):  # a fresh process state: only Postgres remembers the answer
+        headers = {"Last-Event-ID": cut_off[-1].id or ""}
+        rest = await read_all(client, "GET", created["stream_url"], headers=headers)
+        again = await client.get(created["stream_url"], headers={"Last-Event-ID": rest[-1].id or ""})
+    assert answer_text(cut_off + rest) == LONG_ANSWER
+    assert [e.event for e in rest] == ["token", "done"]
+    ids = [int(e.id or 0) for e in cut_off + rest]
+    assert ids == sorted(set(ids))  # numbered on from where the reader was, nothing twice
+    assert again.status_code == 204
+
+
+@pytest.mark.slow
 async def test_history_hands_a_reader_who_reloaded_mid_answer_the_stream_to_follow(server: Server) -> None:
     async with server() as (client, _):
         created = await post_message(client)

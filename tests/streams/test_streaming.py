@@ -240,3 +240,16 @@ def test_an_event_keeps_its_payload_once_as_the_line_readers_are_sent() -> None:
     assert Event(1, "token", json_line=event.json_line) == event
     with pytest.raises(AttributeError):
         event.id = 2
+
+
+async def test_the_marks_say_how_much_text_each_event_had_brought() -> None:
+    stream = MessageStream("m", grace_s=5)
+    stream.publish("meta", {})
+    stream.publish("sources", {"sources": []})
+    stream.add_token("Balance ")  # the first token goes out at once
+    stream.publish("notice", {"code": "llm_retry", "message": "..."})  # flushes nothing: no token waits
+    stream.add_token("comes ")
+    stream.add_token("first.")  # coalesced with the one before it
+    stream.publish("done", {})
+    assert stream.marks() == [0, 0, 8, 8, 20]  # to the terminal event, not counting it
+    assert stream.text() == "Balance comes first."

@@ -32,11 +32,11 @@ async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> As
     if live is not None:
         relayed = chat.registry.relay is not None and chat.registry.get(str(message_id)) is None
         return _outlasting_redis(chat, message_id, after, live) if relayed else live
-    stored = await _stored_events(chat, message_id)
+    stored = await _stored_events(chat, message_id, after)
     if stored == "starting":
         assert chat.registry.relay is not None
         return _outlasting_redis(chat, message_id, after, chat.registry.relay.read(str(message_id), after))
-    return None if stored is None else _iterate([e for e in stored if e.id > after])
+    return None if stored is None else _iterate(stored)
 
 
 async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, bool] | None:
@@ -47,11 +47,14 @@ async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, boo
     stored = await _stored_events(chat, message_id)
     if stored == "starting":
         return 0, False
-    return None if stored is None else (len(stored), True)
+    return None if stored is None else (stored[-1].id, True)
 
 
-async def _stored_events(chat: ChatService, message_id: uuid.UUID) -> list[Event] | Literal["starting"] | None:
-    """The stored answer replayed as events; ``"starting"`` while another worker has yet to mirror it to Redis."""
+async def _stored_events(
+    chat: ChatService, message_id: uuid.UUID, after: int = 0
+) -> list[Event] | Literal["starting"] | None:
+    """The stored answer replayed as events after ``after``; ``"starting"`` while another worker has yet to mirror it
+    to Redis."""
     if chat.store is None:
         return None
     message = await chat.store.get_message(message_id)
@@ -60,7 +63,7 @@ async def _stored_events(chat: ChatService, message_id: uuid.UUID) -> list[Event
     if chat.registry.relay is not None and _may_be_starting(message):
         return "starting"
     message = await _settle_orphan(chat, message, live=False)
-    return replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))
+    return replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)), after=after)
 
 
 async def settled(chat: ChatService, messages: list[MessageRow]) -> list[MessageRow]:
@@ -169,9 +172,10 @@ async def _outlasting_redis(
 async def _stored_ending(
     chat: ChatService, message_id: uuid.UUID, last: int, sent: list[str] | None
 ) -> list[Event] | None:
-    """The rest of a finished stored answer after what the reader has (``sent``), numbered on from ``last``;
-    None while it is not stored yet, or when what the reader has is not known (a resumed read)."""
-    if chat.store is None or sent is None:
+    """The rest of a finished stored answer after what the reader has (``sent``, or for a resumed read what event
+    ``last`` had brought, by the answer's stream marks), numbered on from ``last``; None while it is not stored
+    yet, or when what the reader has is not known (a resumed read of an answer stored without marks)."""
+    if chat.store is None:
         return None
     try:
         message = await chat.store.get_message(message_id)
@@ -179,10 +183,13 @@ async def _stored_ending(
         return None
     if message is None or message.status == "streaming":
         return None
+    stream_url = chat.capabilities.stream_url(str(message_id))
+    if sent is None:
+        return replay.events(message, stream_url=stream_url, after=last) if replay.resumable(message) else None
     have = "".join(sent)
     if not message.content.startswith(have):
         return None
-    terminal = replay.events(message, stream_url=chat.capabilities.stream_url(str(message_id)))[-1]
+    terminal = replay.events(message, stream_url=stream_url)[-1]
     rest = (
         [Event(last + 1, "token", {"text": message.content[len(have) :]})] if len(message.content) > len(have) else []
     )

@@ -357,6 +357,7 @@ class AnswerRun:
             citations=citations,
             question_id=self.target.question_id,
             standalone=state.standalone,
+            stream_marks=self.stream.marks(),  # the terminal event is held: every token is out (streaming.py)
         )
         message_id = uuid.UUID(self.stream.message_id)
         written = writer.submit(message_id, completion, self.target.late)

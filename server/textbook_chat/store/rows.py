@@ -87,6 +87,8 @@ class MessageRow:
     client_request_id: uuid.UUID | None
     created_at: datetime
     citations: tuple[Citation, ...] = field(default=())
+    # An answer's characters streamed through each live event (Completion.stream_marks); read by get_message only.
+    stream_marks: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,9 @@ class Completion:
     # with the answer; None when the question took no context from its session.
     question_id: uuid.UUID | None = None
     standalone: str | None = None
+    # How many characters of ``content`` had been streamed once each live event was out (the i-th for event i + 1,
+    # up to the terminal one): a reader resuming from the stored answer gets the rest (streams/replay.py).
+    stream_marks: Sequence[int] = ()
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ class Store(Database):
                     """
                     UPDATE chat_messages
                     SET content = %s, status = %s, confidence = %s, model = %s,
-                        prompt_tokens = %s, completion_tokens = %s, latency_ms = %s
+                        prompt_tokens = %s, completion_tokens = %s, latency_ms = %s, stream_marks = %s
                     WHERE id = %s
                     """,
                     [
@@ -229,6 +229,7 @@ class Store(Database):
                             c.prompt_tokens,
                             c.completion_tokens,
                             c.latency_ms,
+                            list(c.stream_marks) or None,
                             message_id,
                         )
                         for message_id, c in batch
@@ -289,11 +290,16 @@ class Store(Database):
             await self._add_citations(conn, [(message_id, c) for c in citations])
 
     async def get_message(self, message_id: uuid.UUID) -> MessageRow | None:
-        row = await self._fetchone(f"SELECT {_MESSAGE_COLUMNS} FROM chat_messages WHERE id = %s", (message_id,))
+        row = await self._fetchone(
+            f"SELECT {_MESSAGE_COLUMNS}, stream_marks FROM chat_messages WHERE id = %s", (message_id,)
+        )
         if row is None:
             return None
         citations = await self._citations_for([message_id])
-        return MessageRow(**row, citations=tuple(citations.get(message_id, ())))
+        marks = row.pop("stream_marks")
+        return MessageRow(
+            **row, citations=tuple(citations.get(message_id, ())), stream_marks=None if marks is None else tuple(marks)
+        )
 
     async def recent_turns(self, session_id: uuid.UUID, *, limit: int) -> list[TurnRow]:
         """The newest ``limit`` questions and completed answers, oldest first, in one round trip (a prompt's

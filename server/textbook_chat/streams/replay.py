@@ -1,8 +1,14 @@
 """A stored answer as SSE events, for a reader who comes back after the live events have expired.
 
 Postgres keeps the answer, not its events, so the replay is the same protocol in fewer events:
-``meta``, ``sources`` (the cited ones, which is what is stored), one ``token`` with the whole text, then
+``meta``, ``sources`` (the cited ones, which is what is stored), one ``token`` with the text, then
 ``done`` (or ``error`` for a failed answer, or for one whose generating worker is gone).
+
+An answer stored with its ``stream_marks`` (where each live event ended in its text) replays in the live stream's
+numbering: a reader who resumes after event N (the live events gone: a restart, another process without Redis)
+gets the text after what event N had brought, as one ``token`` numbered as the live stream's last one, then the
+terminal event numbered as the live one was. Without marks (answers stored before them) the events are numbered
+from 1, and only a reader with nothing yet can be given the text.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from textbook_chat.streams.events import Event
 _FINISH = {"complete": "stop", "interrupted": "cancelled"}
 
 
-def events(message: MessageRow, *, stream_url: str) -> list[Event]:
+def events(message: MessageRow, *, stream_url: str, after: int = 0) -> list[Event]:
+    """The stored answer's events after event ``after`` (every one, numbered, for ``after`` 0)."""
     score = message.confidence if message.confidence is not None else 0.0
     meta = {
         "message_id": str(message.id),
@@ -32,16 +39,40 @@ def events(message: MessageRow, *, stream_url: str) -> list[Event]:
             "note": None,
         },
     }
-    items: list[tuple[str, dict[str, Any]]] = [("meta", meta), ("sources", {"sources": _sources(message)})]
-    if message.content:
-        items.append(("token", {"text": message.content}))
     if message.status in _FINISH:
-        items.append(("done", _done(message, _FINISH[message.status])))
+        terminal = ("done", _done(message, _FINISH[message.status]))
     elif message.status == "failed":
-        items.append(("error", {"code": "generation_failed", "message": _FAILED, "retryable": True}))
+        terminal = ("error", {"code": "generation_failed", "message": _FAILED, "retryable": True})
     else:  # still "streaming" in Postgres, but no worker has it live: that worker died mid-answer
-        items.append(("error", {"code": "generation_lost", "message": _LOST, "retryable": True}))
-    return [Event(id=i, event=kind, data=data) for i, (kind, data) in enumerate(items, start=1)]  # type: ignore[arg-type]
+        terminal = ("error", {"code": "generation_lost", "message": _LOST, "retryable": True})
+    items: list[tuple[int, str, dict[str, Any]]] = [(1, "meta", meta), (2, "sources", {"sources": _sources(message)})]
+    marks = _marks(message)
+    if marks is None:  # numbered from 1: meta, sources, the whole text, the end
+        if message.content:
+            items.append((3, "token", {"text": message.content}))
+        items.append((len(items) + 1, *terminal))
+    else:  # the live stream's numbering: the text after what event ``after`` had brought, then the end
+        last = len(marks)
+        rest = message.content[marks[after - 1] if after > 0 else 0 :] if after < last else ""
+        if rest:
+            items.append((last, "token", {"text": rest}))
+        items.append((last + 1, *terminal))
+    return [Event(id=n, event=kind, data=data) for n, kind, data in items if n > after]  # type: ignore[arg-type]
+
+
+def resumable(message: MessageRow) -> bool:
+    """Whether a reader who resumes after any event gets exactly the rest of the stored text (it has stream marks)."""
+    return _marks(message) is not None
+
+
+def _marks(message: MessageRow) -> tuple[int, ...] | None:
+    """The answer's stream marks if they can be trusted: past meta and sources, never decreasing, within the text."""
+    marks = message.stream_marks
+    if not marks or len(marks) < 2 or marks[0] != 0 or marks[-1] > len(message.content):
+        return None
+    if any(later < earlier for earlier, later in zip(marks, marks[1:], strict=False)):
+        return None
+    return marks
 
 
 def _sources(message: MessageRow) -> list[dict[str, Any]]:

@@ -178,6 +178,19 @@ class MessageStream:
             self._pending_tokens
         )
 
+    def marks(self) -> list[int]:
+        """How many characters of ``text()`` were out once each published event before the terminal one was (the
+        i-th for event i + 1): kept with the stored answer, so a reader who resumes from it after event N gets the
+        text after mark N."""
+        marks, streamed = [], 0
+        for event in self.events:
+            if event.event in TERMINAL:
+                break
+            if event.event == "token":
+                streamed += len(str(event.data.get("text", "")))
+            marks.append(streamed)
+        return marks
+
     def _append(self, entry: Event) -> Event:
         assert isinstance(self.events, list), "a finished stream takes no events"
         assert entry.id == len(self.events) + 1, "events are numbered in the order they are published"
