@@ -77,3 +77,23 @@ def test_fusion_ranks_what_both_readings_found_first_and_keeps_the_higher_releva
     assert [c.hit.id for c in fused][0] == "gazebo-install"
     assert fused[0].relevance == 0.7
     assert {c.hit.id for c in fused} == {"install-ros", "gazebo-install", "gazebo-intro"}
+
+
+def test_the_reading_in_context_blends_the_earlier_questions_as_asked_with_no_new_text_to_embed() -> None:
+    """Its vector is made of vectors already computed: the question's own and the earlier questions' as asked
+    (in the query cache since they were asked), the last one and those it took context from."""
+    second = context.read("How do I install it?", GAZEBO)
+    assert second.prior == ("What is Gazebo Harmonic?",)
+    session = [*GAZEBO, Earlier(second.question, second.standalone)]
+    third = context.read("And what are its system requirements?", session)
+    assert third.prior == ("What is Gazebo Harmonic?", "How do I install it?")
+    after_a_switch = context.read("How do I install it?", [*GAZEBO, Earlier("What is DDS?")])
+    assert after_a_switch.prior == ("What is DDS?",)  # the switch took no context: the older subject is not blended
+
+
+def test_the_blend_leans_to_the_question_and_keeps_the_earlier_subject() -> None:
+    question, earlier = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]
+    blended = context.blend(question, [earlier])
+    assert abs(sum(x * x for x in blended) - 1.0) < 1e-9  # a unit vector, as the index's are
+    assert blended[0] > blended[1] > 0.0 and blended[2] == 0.0
+    assert context.blend(question, []) == question

@@ -1,6 +1,7 @@
 """A question in its conversation, offline: how much of the earlier questions' subject it needs, the standalone
 form retrieval searches with (the question and the subject it took: historical query expansion, no model call),
-and the fusion of the question read alone with the question read in context.
+the dense vector of the reading in context (the question's, blended with the earlier questions' vectors, which
+were computed when they were asked: no new embedding), and the fusion of the two readings.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from textbook_chat.index import sparse
 from textbook_chat.search.rerank import Candidate
@@ -29,6 +32,8 @@ ANSWER_NAMES = 3  # names of the last answer carried forward, after the subject 
 ANSWER_NAME_MIN = 2  # ... each named at least this often in it
 _MARKERS = re.compile(r"\[\d+\]|\]\([^)]*\)")  # citation markers and link targets say nothing of the subject
 _RRF_K = 10  # reciprocal-rank fusion over the CANDIDATES of each reading
+PRIOR_WEIGHT = 0.5  # the earlier questions' vector in the reading in context, against the question's own 1.0
+PRIOR_QUESTIONS = 3  # at most this many earlier questions make it up: the last, and those it took context from
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class Asked:
     alone_weight: float = 1.0  # how much the question as asked counts
     own_terms: tuple[str, ...] = ()  # its own content terms: a follow-up the book does not answer has none of them
     fallback: bool = False  # read in context only when alone it is declined or of low confidence
+    prior: tuple[str, ...] = ()  # the earlier questions whose vectors blend into the reading in context, oldest first
 
     @property
     def in_context(self) -> bool:
@@ -83,9 +89,25 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
     if not subject:
         return Asked(question)
     standalone = f"{question.strip()} ({subject})"
+    prior = _prior(earlier)
     if pointing or len(own) < 2:
-        return Asked(question, standalone, CONTEXT_WEIGHT, _alone_weight(question, own), tuple(own))
-    return Asked(question, standalone, own_terms=tuple(own), fallback=True)
+        return Asked(question, standalone, CONTEXT_WEIGHT, _alone_weight(question, own), tuple(own), prior=prior)
+    return Asked(question, standalone, own_terms=tuple(own), fallback=True, prior=prior)
+
+
+def blend(question: Sequence[float], prior: Sequence[Sequence[float]]) -> list[float]:
+    """The dense vector of the reading in context: the question's, plus PRIOR_WEIGHT of the earlier questions'
+    (``Asked.prior``, oldest first, each blended into the next the same way), normalised. The earlier questions'
+    vectors were computed when they were asked (the embedder's query cache holds them), so a follow-up costs no
+    embedding beyond its own: blending vectors stands in for embedding the standalone form."""
+    blended: np.ndarray | None = None
+    for vector in (*prior, question):
+        current = np.asarray(vector, dtype=np.float64)
+        if blended is not None:
+            current = current + PRIOR_WEIGHT * blended
+        blended = current / (np.linalg.norm(current) or 1.0)
+    assert blended is not None
+    return [float(x) for x in blended]
 
 
 def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Asked) -> list[Candidate]:
@@ -102,6 +124,17 @@ def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Ask
                 fused[key] = candidate
     ordered = sorted(fused, key=lambda key: -score[key])
     return [replace(fused[key], rank_score=round(score[key], 6)) for key in ordered]
+
+
+def _prior(earlier: Sequence[Earlier]) -> tuple[str, ...]:
+    """The earlier questions the reading in context blends in, as asked (as their vectors were computed): the
+    last, and before it each one the next took context from (it had a standalone form), PRIOR_QUESTIONS at most."""
+    chain = [earlier[-1].question]
+    for position in range(len(earlier) - 1, 0, -1):
+        if earlier[position].standalone is None or len(chain) == PRIOR_QUESTIONS:
+            break
+        chain.append(earlier[position - 1].question)
+    return tuple(reversed(chain))
 
 
 def _alone_weight(question: str, own: Sequence[str]) -> float:

@@ -308,15 +308,14 @@ class Retriever:
         return self._finish(ranked, scope, query, unknown, notices, asked=asked)
 
     async def _readings(self, asked: Asked) -> list[tuple[list[float], Query]]:
-        """The question as asked, and in context when it takes context: embedded together (two threads). A
-        fallback's first pass (``Asked.fallback``) is the question as asked alone, one embedding."""
+        """The question as asked, and in context when it takes context: its vector blended with the earlier
+        questions' (``context.blend``: in the query cache since they were asked) and the standalone form's terms.
+        A fallback's first pass (``Asked.fallback``) is the question as asked alone."""
         if not asked.in_context:
             return [(await self.embedder.embed_query(asked.question), Query(asked.question))]
         assert asked.standalone is not None
-        alone, in_context = await asyncio.gather(
-            self.embedder.embed_query(asked.question), self.embedder.embed_query(asked.standalone)
-        )
-        return [(alone, Query(asked.question)), (in_context, Query(asked.standalone))]
+        alone, *prior = await asyncio.gather(*(self.embedder.embed_query(t) for t in (asked.question, *asked.prior)))
+        return [(alone, Query(asked.question)), (context.blend(alone, prior), Query(asked.standalone))]
 
     async def _search_read(
         self, readings: Sequence[tuple[list[float], Query]], asked: Asked, module: str | None
