@@ -97,3 +97,17 @@ def test_the_blend_leans_to_the_question_and_keeps_the_earlier_subject() -> None
     assert abs(sum(x * x for x in blended) - 1.0) < 1e-9  # a unit vector, as the index's are
     assert blended[0] > blended[1] > 0.0 and blended[2] == 0.0
     assert context.blend(question, []) == question
+
+
+def test_the_reading_alone_weighs_by_how_well_the_book_answers_it_alone() -> None:
+    """A follow-up whose own words find stronger passages alone than in context has moved on: its reading alone
+    gains weight (up to the reading in context's); one whose words alone find weaker passages leans on context."""
+
+    def found(relevance: float) -> list[Candidate]:
+        return [Candidate(Hit(id="p", fused_score=0.0, dense_score=relevance, payload={}), relevance, relevance)]
+
+    asked = context.read("How do I install it?", GAZEBO)
+    weaker_alone = context.alone_weight(asked, found(0.4), found(0.8))
+    stronger_alone = context.alone_weight(asked, found(0.9), found(0.6))
+    assert weaker_alone < asked.alone_weight < stronger_alone <= asked.context_weight
+    assert context.alone_weight(asked, found(0.5), []) == asked.alone_weight

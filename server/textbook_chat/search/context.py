@@ -32,6 +32,7 @@ ANSWER_NAMES = 3  # names of the last answer carried forward, after the subject 
 ANSWER_NAME_MIN = 2  # ... each named at least this often in it
 _MARKERS = re.compile(r"\[\d+\]|\]\([^)]*\)")  # citation markers and link targets say nothing of the subject
 _RRF_K = 10  # reciprocal-rank fusion over the CANDIDATES of each reading
+EVIDENCE_POWER = 2  # how sharply the reading alone gains or loses weight with its evidence (``alone_weight``)
 PRIOR_WEIGHT = 0.5  # the earlier questions' vector in the reading in context, against the question's own 1.0
 PRIOR_QUESTIONS = 3  # at most this many earlier questions make it up: the last, and those it took context from
 
@@ -95,6 +96,17 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
     return Asked(question, standalone, own_terms=tuple(own), fallback=True, prior=prior)
 
 
+def alone_weight(asked: Asked, alone: Sequence[Candidate], in_context: Sequence[Candidate]) -> float:
+    """How much the question read alone counts, from its own evidence: its weight by its own words, times the
+    square of how its best passage's relevance compares with the best in context, up to CONTEXT_WEIGHT. Where
+    the book answers the words alone better than in context, they have moved on; where worse, they lean on it."""
+    best_alone = max((c.relevance for c in alone), default=0.0)
+    best_in_context = max((c.relevance for c in in_context), default=0.0)
+    if best_in_context <= 0.0:
+        return asked.alone_weight
+    return min(CONTEXT_WEIGHT, asked.alone_weight * (best_alone / best_in_context) ** EVIDENCE_POWER)
+
+
 def blend(question: Sequence[float], prior: Sequence[Sequence[float]]) -> list[float]:
     """The dense vector of the reading in context: the question's, plus PRIOR_WEIGHT of the earlier questions'
     (``Asked.prior``, oldest first, each blended into the next the same way), normalised. The earlier questions'
@@ -112,10 +124,11 @@ def blend(question: Sequence[float], prior: Sequence[Sequence[float]]) -> list[f
 
 def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Asked) -> list[Candidate]:
     """The two readings' ranked candidates in one list, by weighted reciprocal-rank fusion; a passage found by
-    both keeps the higher relevance (what confidence reads)."""
+    both keeps the higher relevance (what confidence reads). The reading alone weighs by what the question says
+    of its own (``Asked.alone_weight``) and by the book's evidence for it (``alone_weight``)."""
     fused: dict[str, Candidate] = {}
     score: dict[str, float] = {}
-    for weight, ranked in ((asked.alone_weight, alone), (asked.context_weight, in_context)):
+    for weight, ranked in ((alone_weight(asked, alone, in_context), alone), (asked.context_weight, in_context)):
         for position, candidate in enumerate(ranked, start=1):
             key = candidate.hit.id
             score[key] = score.get(key, 0.0) + weight / (_RRF_K + position)
