@@ -3,6 +3,7 @@ what the standalone form holds, and how the two readings' candidates are fused."
 
 from __future__ import annotations
 
+from textbook_chat.index import sparse
 from textbook_chat.index.vectors import Hit
 from textbook_chat.search import context
 from textbook_chat.search.context import Earlier
@@ -111,3 +112,12 @@ def test_the_reading_alone_weighs_by_how_well_the_book_answers_it_alone() -> Non
     stronger_alone = context.alone_weight(asked, found(0.9), found(0.6))
     assert weaker_alone < asked.alone_weight < stronger_alone <= asked.context_weight
     assert context.alone_weight(asked, found(0.5), []) == asked.alone_weight
+
+
+def test_the_keyword_query_in_context_weighs_the_subject_it_took_below_the_questions_own_words() -> None:
+    asked = context.read("How do I install it?", GAZEBO)
+    assert asked.subject == "Gazebo Harmonic"
+    query = context.keywords(asked)
+    weight = dict(zip(query.indices, query.values, strict=True))
+    install, gazebo = (sparse.term_index(t) for t in ("install", "gazebo"))
+    assert weight[install] == 1.0 and weight[gazebo] == context.PRIOR_WEIGHT < 1.0

@@ -65,6 +65,7 @@ class Asked:
     own_terms: tuple[str, ...] = ()  # its own content terms: a follow-up the book does not answer has none of them
     fallback: bool = False  # read in context only when alone it is declined or of low confidence
     prior: tuple[str, ...] = ()  # the earlier questions whose vectors blend into the reading in context, oldest first
+    subject: str = ""  # what the standalone form adds to the question (in its brackets)
 
     @property
     def in_context(self) -> bool:
@@ -92,8 +93,17 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
     standalone = f"{question.strip()} ({subject})"
     prior = _prior(earlier)
     if pointing or len(own) < 2:
-        return Asked(question, standalone, CONTEXT_WEIGHT, _alone_weight(question, own), tuple(own), prior=prior)
-    return Asked(question, standalone, own_terms=tuple(own), fallback=True, prior=prior)
+        weight = _alone_weight(question, own)
+        return Asked(question, standalone, CONTEXT_WEIGHT, weight, tuple(own), prior=prior, subject=subject)
+    return Asked(question, standalone, own_terms=tuple(own), fallback=True, prior=prior, subject=subject)
+
+
+def keywords(asked: Asked) -> sparse.Sparse:
+    """The keyword query of the reading in context: the question's own terms weigh 1 and the subject's it took
+    PRIOR_WEIGHT, as on the dense side (``blend``): the earlier subject steers, the question's words lead."""
+    weights = dict.fromkeys(sparse.bounded(sparse.terms(asked.subject)), PRIOR_WEIGHT)
+    weights.update(dict.fromkeys(sparse.bounded(sparse.terms(asked.question)), 1.0))
+    return sparse.query_vector_of(weights)
 
 
 def alone_weight(asked: Asked, alone: Sequence[Candidate], in_context: Sequence[Candidate]) -> float:
