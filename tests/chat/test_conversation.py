@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from tests.conftest import Chat
+from tests.fake_openai import Behaviour, ok
 from tests.sse_client import SSEEvent, answer_text, of_type, read_all
 
 GAZEBO = "What is Gazebo?"
@@ -111,3 +112,44 @@ async def test_a_question_about_a_selection_takes_its_context_from_the_selection
         )
     assert stream[0].json()["mode"] == "selection"
     assert [q["standalone"] for q in questions(clean_db)] == [None, None]
+
+
+def rewrites(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The model requests that asked for a rewrite (not streamed; answers are)."""
+    return [r for r in requests if not r.get("stream")]
+
+
+@pytest.mark.slow
+async def test_with_the_rewrite_on_a_follow_up_needing_context_is_searched_as_the_models_standalone_question(
+    chat_server: Chat, clean_db: str
+) -> None:
+    rewritten = "How do I connect Gazebo to ROS 2?"
+    async with chat_server(llm=True, FOLLOW_UP_REWRITE="on") as (client, fake):
+        opened = await ask(client, GAZEBO)
+        assert rewrites(fake.requests) == []  # a first question waits for no rewrite
+        meta = opened[0].json()
+        session = {"session_id": meta["session_id"], "session_token": meta["session_token"]}
+        fake.then(ok(rewritten))
+        second = await ask(client, CONNECT, **session)
+        switch = await ask(client, "What safety standards apply to humanoid robots?", **session)
+    (rewrite,) = rewrites(fake.requests)  # the topic switch names its own subject: never sent
+    prompt = rewrite["messages"][-1]["content"]
+    assert GAZEBO in prompt and CONNECT in prompt
+    assert headings(second)[0] == CONNECTING and finish(switch) == "stop"
+    answer_prompt = fake.requests[-2]["messages"][-1]["content"]  # the follow-up's answer: as asked, as before
+    assert CONNECT in answer_prompt and rewritten not in answer_prompt
+    assert [q["standalone"] for q in questions(clean_db)] == [None, rewritten, None]
+
+
+@pytest.mark.slow
+async def test_a_rewrite_slower_than_its_timeout_falls_back_to_the_offline_reading(
+    chat_server: Chat, clean_db: str
+) -> None:
+    async with chat_server(llm=True, FOLLOW_UP_REWRITE="on", FOLLOW_UP_REWRITE_S="0.2") as (client, fake):
+        opened = await ask(client, GAZEBO)
+        meta = opened[0].json()
+        fake.then(Behaviour(text="How do I connect Gazebo to ROS 2?", stall_s=2.0))
+        second = await ask(client, CONNECT, session_id=meta["session_id"], session_token=meta["session_token"])
+    assert len(rewrites(fake.requests)) == 1
+    assert headings(second)[0] == CONNECTING and finish(second) == "stop"
+    assert [q["standalone"] for q in questions(clean_db)] == [None, f"{CONNECT} (Gazebo)"]

@@ -179,6 +179,14 @@ async def test_selected_text_is_asked_about_in_selection_mode(stack: Stack) -> N
     assert request["question"] == "Explain this in simpler words."
 
 
+async def test_a_follow_up_that_refers_back_cites_the_section_of_what_it_refers_to(stack: Stack) -> None:
+    async with stack() as (base_url, _):
+        report = await run_scenario("followup", base_url)
+    first, second = report["requests"]
+    assert "session_id" not in first and second["session_id"]  # the second question is asked in the same session
+    assert report["labels"][0].endswith("Connecting Gazebo to ROS 2")
+
+
 async def test_switching_module_sends_it_and_off_topic_questions_are_declined(stack: Stack) -> None:
     async with stack() as (base_url, _):
         report = await run_scenario("module", base_url)

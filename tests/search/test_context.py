@@ -3,6 +3,7 @@ what the standalone form holds, and how the two readings' candidates are fused."
 
 from __future__ import annotations
 
+from textbook_chat.index import sparse
 from textbook_chat.index.vectors import Hit
 from textbook_chat.search import context
 from textbook_chat.search.context import Earlier
@@ -77,3 +78,46 @@ def test_fusion_ranks_what_both_readings_found_first_and_keeps_the_higher_releva
     assert [c.hit.id for c in fused][0] == "gazebo-install"
     assert fused[0].relevance == 0.7
     assert {c.hit.id for c in fused} == {"install-ros", "gazebo-install", "gazebo-intro"}
+
+
+def test_the_reading_in_context_blends_the_earlier_questions_as_asked_with_no_new_text_to_embed() -> None:
+    """Its vector is made of vectors already computed: the question's own and the earlier questions' as asked
+    (in the query cache since they were asked), the last one and those it took context from."""
+    second = context.read("How do I install it?", GAZEBO)
+    assert second.prior == ("What is Gazebo Harmonic?",)
+    session = [*GAZEBO, Earlier(second.question, second.standalone)]
+    third = context.read("And what are its system requirements?", session)
+    assert third.prior == ("What is Gazebo Harmonic?", "How do I install it?")
+    after_a_switch = context.read("How do I install it?", [*GAZEBO, Earlier("What is DDS?")])
+    assert after_a_switch.prior == ("What is DDS?",)  # the switch took no context: the older subject is not blended
+
+
+def test_the_blend_leans_to_the_question_and_keeps_the_earlier_subject() -> None:
+    question, earlier = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]
+    blended = context.blend(question, [earlier])
+    assert abs(sum(x * x for x in blended) - 1.0) < 1e-9  # a unit vector, as the index's are
+    assert blended[0] > blended[1] > 0.0 and blended[2] == 0.0
+    assert context.blend(question, []) == question
+
+
+def test_the_reading_alone_weighs_by_how_well_the_book_answers_it_alone() -> None:
+    """A follow-up whose own words find stronger passages alone than in context has moved on: its reading alone
+    gains weight (up to the reading in context's); one whose words alone find weaker passages leans on context."""
+
+    def found(relevance: float) -> list[Candidate]:
+        return [Candidate(Hit(id="p", fused_score=0.0, dense_score=relevance, payload={}), relevance, relevance)]
+
+    asked = context.read("How do I install it?", GAZEBO)
+    weaker_alone = context.alone_weight(asked, found(0.4), found(0.8))
+    stronger_alone = context.alone_weight(asked, found(0.9), found(0.6))
+    assert weaker_alone < asked.alone_weight < stronger_alone <= asked.context_weight
+    assert context.alone_weight(asked, found(0.5), []) == asked.alone_weight
+
+
+def test_the_keyword_query_in_context_weighs_the_subject_it_took_below_the_questions_own_words() -> None:
+    asked = context.read("How do I install it?", GAZEBO)
+    assert asked.subject == "Gazebo Harmonic"
+    query = context.keywords(asked)
+    weight = dict(zip(query.indices, query.values, strict=True))
+    install, gazebo = (sparse.term_index(t) for t in ("install", "gazebo"))
+    assert weight[install] == 1.0 and weight[gazebo] == context.PRIOR_WEIGHT < 1.0

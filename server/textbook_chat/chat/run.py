@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from textbook_chat.answer.generation import (
@@ -30,6 +30,7 @@ from textbook_chat.chat.question import Question
 from textbook_chat.chat.service import ChatService
 from textbook_chat.core import logs, metrics
 from textbook_chat.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
+from textbook_chat.search import context
 from textbook_chat.search.context import Earlier
 from textbook_chat.search.retrieval import Retrieval, Source
 from textbook_chat.store.rows import Citation, Completion, Exchange, LateQuestion, TurnRow
@@ -408,6 +409,10 @@ async def retrieve(
         if reading is not None and question.session.id is not None and not question.selected_text:
             # Shielded: this retrieval's cancellation must not cancel the read the prompt's history awaits too.
             earlier = earlier_questions(await _turns_or_none(reading), question.text)
+        rewritten = await _rewritten(chat, question.text, earlier)
+        if rewritten is not None:  # the model's standalone question, searched as a question of its own
+            result = await chat.retriever.retrieve(rewritten, module=question.module)
+            return replace(result, standalone=rewritten)
         return await chat.retriever.retrieve(
             question.text, module=question.module, selected_text=question.selected_text, earlier=earlier
         )
@@ -418,6 +423,14 @@ async def retrieve(
     finally:
         metrics.RETRIEVAL_SECONDS.observe(time.perf_counter() - started)
     return None
+
+
+async def _rewritten(chat: ChatService, question: str, earlier: list[Earlier]) -> str | None:
+    """With ``FOLLOW_UP_REWRITE=on``, the model's standalone form of a follow-up that needs its conversation
+    (``context.read``); never asked for a first question, a selection or one that names its own subject."""
+    if chat.rewriter is None or not earlier or not context.read(question, earlier).in_context:
+        return None
+    return await chat.rewriter.rewrite(question, earlier)
 
 
 async def _turns_or_none(reading: asyncio.Task[list[TurnRow]]) -> list[TurnRow]:

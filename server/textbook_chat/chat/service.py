@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from textbook_chat.answer.faq import Faq
 from textbook_chat.answer.generation import Generator
+from textbook_chat.answer.rewrite import Rewriter
 from textbook_chat.search.retrieval import Retriever
 from textbook_chat.store.rows import SessionToCreate
 from textbook_chat.store.sessions import Store
@@ -26,6 +27,7 @@ class ChatService:
     llm_enabled: bool
     daily_tokens: int = 50_000  # SESSION_DAILY_TOKENS: a session's budget over the last 24 hours
     writer: AnswerWriter | None = None  # writes finished answers (with the store)
+    rewriter: Rewriter | None = None  # FOLLOW_UP_REWRITE=on with a model: a follow-up needing context is rewritten
 
 
 @dataclass(frozen=True)

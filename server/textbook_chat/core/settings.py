@@ -65,6 +65,8 @@ class Settings:
     openai_api_key: Secret | None = None
     openai_base_url: str | None = None
     chat_model: str = "gpt-4o-mini"
+    follow_up_rewrite: bool = False  # FOLLOW_UP_REWRITE: the model rewrites a follow-up that needs context
+    follow_up_rewrite_s: float = 1.5  # FOLLOW_UP_REWRITE_S: how long that rewrite may take before the offline form
     embedder: EmbedderName = "local"
     embedding_model: str = "text-embedding-3-small"
     book_base_url: str = "http://localhost:3000"
@@ -132,6 +134,8 @@ class Settings:
             openai_api_key=openai_key,
             openai_base_url=r.url("OPENAI_BASE_URL", schemes=("http", "https")),
             chat_model=r.text("CHAT_MODEL", cls.chat_model),
+            follow_up_rewrite=r.choice("FOLLOW_UP_REWRITE", ("on", "off"), "off", lower=True) == "on",
+            follow_up_rewrite_s=r.number("FOLLOW_UP_REWRITE_S", float, cls.follow_up_rewrite_s, minimum=0.001),
             embedder=r.choice("EMBEDDER", ("openai", "local"), "openai" if openai_key else "local"),  # type: ignore[arg-type]
             embedding_model=r.text("EMBEDDING_MODEL", cls.embedding_model),
             book_base_url=(r.url("BOOK_BASE_URL", schemes=("http", "https")) or cls.book_base_url).rstrip("/"),

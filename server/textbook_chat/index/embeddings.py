@@ -196,6 +196,10 @@ class LocalEmbedder:
             self._cache.popitem(last=False)
         return vectors[0].tolist()  # type: ignore[no-any-return]
 
+    def forget_queries(self) -> None:
+        """Empty the query cache (a benchmark that must embed each conversation's questions afresh)."""
+        self._cache.clear()
+
     def release_batches(self) -> None:
         # The float32 sessions are copies of the model (~95 MB with the batch's arena) beside the query's
         # int8 one; a server that ingested at start-up, or re-ingested a changed book, only answers questions.

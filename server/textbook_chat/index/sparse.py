@@ -188,6 +188,11 @@ def query_vector(text: str) -> Sparse:
     return _vector(dict.fromkeys(bounded(terms(text)), 1.0))
 
 
+def query_vector_of(weights: dict[str, float]) -> Sparse:
+    """A keyword query whose terms weigh unequally (a follow-up's own words and the earlier subject's)."""
+    return _vector(weights)
+
+
 class KeywordIndex:
     """BM25 over a fixed list of documents, in memory: postings per term as numpy arrays."""
 

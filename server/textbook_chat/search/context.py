@@ -1,6 +1,7 @@
 """A question in its conversation, offline: how much of the earlier questions' subject it needs, the standalone
 form retrieval searches with (the question and the subject it took: historical query expansion, no model call),
-and the fusion of the question read alone with the question read in context.
+the dense vector of the reading in context (the question's, blended with the earlier questions' vectors, which
+were computed when they were asked: no new embedding), and the fusion of the two readings.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from textbook_chat.index import sparse
 from textbook_chat.search.rerank import Candidate
@@ -29,6 +32,9 @@ ANSWER_NAMES = 3  # names of the last answer carried forward, after the subject 
 ANSWER_NAME_MIN = 2  # ... each named at least this often in it
 _MARKERS = re.compile(r"\[\d+\]|\]\([^)]*\)")  # citation markers and link targets say nothing of the subject
 _RRF_K = 10  # reciprocal-rank fusion over the CANDIDATES of each reading
+EVIDENCE_POWER = 2  # how sharply the reading alone gains or loses weight with its evidence (``alone_weight``)
+PRIOR_WEIGHT = 0.5  # the earlier questions' vector in the reading in context, against the question's own 1.0
+PRIOR_QUESTIONS = 3  # at most this many earlier questions make it up: the last, and those it took context from
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,8 @@ class Asked:
     alone_weight: float = 1.0  # how much the question as asked counts
     own_terms: tuple[str, ...] = ()  # its own content terms: a follow-up the book does not answer has none of them
     fallback: bool = False  # read in context only when alone it is declined or of low confidence
+    prior: tuple[str, ...] = ()  # the earlier questions whose vectors blend into the reading in context, oldest first
+    subject: str = ""  # what the standalone form adds to the question (in its brackets)
 
     @property
     def in_context(self) -> bool:
@@ -83,17 +91,54 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
     if not subject:
         return Asked(question)
     standalone = f"{question.strip()} ({subject})"
+    prior = _prior(earlier)
     if pointing or len(own) < 2:
-        return Asked(question, standalone, CONTEXT_WEIGHT, _alone_weight(question, own), tuple(own))
-    return Asked(question, standalone, own_terms=tuple(own), fallback=True)
+        weight = _alone_weight(question, own)
+        return Asked(question, standalone, CONTEXT_WEIGHT, weight, tuple(own), prior=prior, subject=subject)
+    return Asked(question, standalone, own_terms=tuple(own), fallback=True, prior=prior, subject=subject)
+
+
+def keywords(asked: Asked) -> sparse.Sparse:
+    """The keyword query of the reading in context: the question's own terms weigh 1 and the subject's it took
+    PRIOR_WEIGHT, as on the dense side (``blend``): the earlier subject steers, the question's words lead."""
+    weights = dict.fromkeys(sparse.bounded(sparse.terms(asked.subject)), PRIOR_WEIGHT)
+    weights.update(dict.fromkeys(sparse.bounded(sparse.terms(asked.question)), 1.0))
+    return sparse.query_vector_of(weights)
+
+
+def alone_weight(asked: Asked, alone: Sequence[Candidate], in_context: Sequence[Candidate]) -> float:
+    """How much the question read alone counts, from its own evidence: its weight by its own words, times the
+    square of how its best passage's relevance compares with the best in context, up to CONTEXT_WEIGHT. Where
+    the book answers the words alone better than in context, they have moved on; where worse, they lean on it."""
+    best_alone = max((c.relevance for c in alone), default=0.0)
+    best_in_context = max((c.relevance for c in in_context), default=0.0)
+    if best_in_context <= 0.0:
+        return asked.alone_weight
+    return min(CONTEXT_WEIGHT, asked.alone_weight * (best_alone / best_in_context) ** EVIDENCE_POWER)
+
+
+def blend(question: Sequence[float], prior: Sequence[Sequence[float]]) -> list[float]:
+    """The dense vector of the reading in context: the question's, plus PRIOR_WEIGHT of the earlier questions'
+    (``Asked.prior``, oldest first, each blended into the next the same way), normalised. The earlier questions'
+    vectors were computed when they were asked (the embedder's query cache holds them), so a follow-up costs no
+    embedding beyond its own: blending vectors stands in for embedding the standalone form."""
+    blended: np.ndarray | None = None
+    for vector in (*prior, question):
+        current = np.asarray(vector, dtype=np.float64)
+        if blended is not None:
+            current = current + PRIOR_WEIGHT * blended
+        blended = current / (np.linalg.norm(current) or 1.0)
+    assert blended is not None
+    return [float(x) for x in blended]
 
 
 def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Asked) -> list[Candidate]:
     """The two readings' ranked candidates in one list, by weighted reciprocal-rank fusion; a passage found by
-    both keeps the higher relevance (what confidence reads)."""
+    both keeps the higher relevance (what confidence reads). The reading alone weighs by what the question says
+    of its own (``Asked.alone_weight``) and by the book's evidence for it (``alone_weight``)."""
     fused: dict[str, Candidate] = {}
     score: dict[str, float] = {}
-    for weight, ranked in ((asked.alone_weight, alone), (asked.context_weight, in_context)):
+    for weight, ranked in ((alone_weight(asked, alone, in_context), alone), (asked.context_weight, in_context)):
         for position, candidate in enumerate(ranked, start=1):
             key = candidate.hit.id
             score[key] = score.get(key, 0.0) + weight / (_RRF_K + position)
@@ -102,6 +147,17 @@ def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Ask
                 fused[key] = candidate
     ordered = sorted(fused, key=lambda key: -score[key])
     return [replace(fused[key], rank_score=round(score[key], 6)) for key in ordered]
+
+
+def _prior(earlier: Sequence[Earlier]) -> tuple[str, ...]:
+    """The earlier questions the reading in context blends in, as asked (as their vectors were computed): the
+    last, and before it each one the next took context from (it had a standalone form), PRIOR_QUESTIONS at most."""
+    chain = [earlier[-1].question]
+    for position in range(len(earlier) - 1, 0, -1):
+        if earlier[position].standalone is None or len(chain) == PRIOR_QUESTIONS:
+            break
+        chain.append(earlier[position - 1].question)
+    return tuple(reversed(chain))
 
 
 def _alone_weight(question: str, own: Sequence[str]) -> float:

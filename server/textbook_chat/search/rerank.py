@@ -23,10 +23,11 @@ _EXCERPT_CHARS = 240
 
 class Query:
     """A question's keyword terms (at most ``sparse.MAX_QUERY_TERMS`` distinct ones) and the names in it, computed
-    once."""
+    once; ``vector`` is what the keyword search is sent (each term weighing 1 unless ``vector`` is given)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, vector: sparse.Sparse | None = None) -> None:
         self.text = text
+        self.vector = vector or sparse.query_vector(text)
         self.terms = sparse.bounded(sparse.terms(text))
         self.keywords = frozenset(self.terms)
         self.names = tuple(sparse.names(text))

@@ -308,15 +308,15 @@ class Retriever:
         return self._finish(ranked, scope, query, unknown, notices, asked=asked)
 
     async def _readings(self, asked: Asked) -> list[tuple[list[float], Query]]:
-        """The question as asked, and in context when it takes context: embedded together (two threads). A
-        fallback's first pass (``Asked.fallback``) is the question as asked alone, one embedding."""
+        """The question as asked, and in context when it takes context: its vector blended with the earlier
+        questions' (``context.blend``: cached since they were asked) and the standalone form's terms, the subject's
+        weighing less (``context.keywords``). A fallback's first pass (``Asked.fallback``) is the question alone."""
         if not asked.in_context:
             return [(await self.embedder.embed_query(asked.question), Query(asked.question))]
         assert asked.standalone is not None
-        alone, in_context = await asyncio.gather(
-            self.embedder.embed_query(asked.question), self.embedder.embed_query(asked.standalone)
-        )
-        return [(alone, Query(asked.question)), (in_context, Query(asked.standalone))]
+        alone, *prior = await asyncio.gather(*(self.embedder.embed_query(t) for t in (asked.question, *asked.prior)))
+        in_context = Query(asked.standalone, context.keywords(asked))
+        return [(alone, Query(asked.question)), (context.blend(alone, prior), in_context)]
 
     async def _search_read(
         self, readings: Sequence[tuple[list[float], Query]], asked: Asked, module: str | None
@@ -382,7 +382,7 @@ class Retriever:
     ) -> list[Candidate]:
         """The top CANDIDATES of the fused dense + keyword search, reranked."""
         ranking = rank_query or query
-        hits = await self.index.hybrid_search(dense, sparse.query_vector(query.text), limit=CANDIDATES, module=module)
+        hits = await self.index.hybrid_search(dense, query.vector, limit=CANDIDATES, module=module)
         return rank(hits, ranking, self._terms_of)
 
     def _terms_of(self, hit: Hit) -> frozenset[str]:

@@ -85,6 +85,7 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     # Imported here so maintenance commands (ingest, purge) do not load the generation stack.
     from textbook_chat.answer.faq import Faq
     from textbook_chat.answer.generation import create_generator
+    from textbook_chat.answer.rewrite import create_rewriter
     from textbook_chat.chat.service import ChatService
     from textbook_chat.search.calibration import stored, stored_thresholds
     from textbook_chat.search.retrieval import Retriever
@@ -119,6 +120,9 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     # One cross-encoder per process: the offline answer orders its sentences with the same session.
     generator = create_generator(settings, cross_encoder=second_opinion.encoder)
     stack.push_async_callback(generator.aclose)
+    rewriter = create_rewriter(settings)
+    if rewriter is not None:
+        stack.push_async_callback(rewriter.aclose)
     return ChatService(
         store=services.store,
         registry=registry,
@@ -129,6 +133,7 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
         llm_enabled=settings.llm_enabled,
         daily_tokens=settings.session_daily_tokens,
         writer=writer,
+        rewriter=rewriter,
     )
 
 
