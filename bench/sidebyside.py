@@ -102,6 +102,8 @@ async def measure(args: argparse.Namespace, data_dir: Path) -> list[Figure]:
             for n in range(args.rounds):
                 port = free_port()
                 extra = {"REDIS_URL": args.redis} if args.redis else {}
+                if args.server_root is not None:  # else an inherited PYTHONPATH serves this checkout's code
+                    extra["PYTHONPATH"] = os.pathsep.join([str(root / "server"), str(root)])
                 env = server_env(database_url, data_dir, llm_url, port, **extra)
                 argv = ["taskset", "-c", SERVER_CPU, *serve_argv(port)]
                 _quiet_harness(fake)

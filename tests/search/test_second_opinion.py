@@ -33,6 +33,7 @@ from textbook_chat.search.second_opinion import (
     lifted,
     nearest,
     plan,
+    settled,
 )
 from textbook_chat.web.services import open_services
 
@@ -79,6 +80,28 @@ def test_it_is_asked_only_where_the_first_stage_and_the_term_evidence_disagree(
 )
 def test_it_lifts_a_passage_only_by_a_reliable_margin(scores: list[float | None], order: tuple[int, ...]) -> None:
     assert lifted(scores) == order
+
+
+@pytest.mark.parametrize(
+    ("scores", "declined", "expected"),
+    [
+        ([None, None, None], False, False),  # nothing read yet
+        ([-6.0, None, None], False, True),  # an answer: one passage not clearly off, so it cannot be declined
+        ([-9.0, None, None], False, False),  # ... but a decline needs every pair read low
+        ([-9.0, -9.5, -8.0], False, False),  # all low: the caller has read its pairs and may decline
+        ([-9.0, -2.0, None], False, True),  # the second passage saves the answer
+        ([2.0, None, None], True, True),  # a decline: the best passage clearly answers
+        ([-9.0, None, None], True, True),  # ... the best passage clearly does not: the two stages agree
+        ([-3.0, None, None], True, False),  # ... in between: the next passages may answer
+        ([-3.0, -4.0, 2.0], True, True),
+        ([None, 2.0, None], True, True),  # a cached later passage that answers settles it
+    ],
+)
+def test_it_stops_reading_pairs_once_the_rest_cannot_change_the_decision(
+    scores: list[float | None], declined: bool, expected: bool
+) -> None:
+    thresholds = Thresholds(decline_below=-7.0, overturn_above=1.0)
+    assert settled(scores, declined=declined, thresholds=thresholds) is expected
 
 
 def test_a_pair_holds_the_passages_sentences_nearest_the_question() -> None:

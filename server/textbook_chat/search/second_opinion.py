@@ -3,7 +3,7 @@ the passages' sentences nearest it; a decline needs it and one more piece of evi
 needs it clearly high.
 
 ``plan`` says whether it is asked at all (docs/evaluation.md "The second opinion"); ``judge`` reads the fewest pairs
-that settle the question (the first two, then the rest only when they do not), caches each pair's score by question
+that settle the question (one at a time, ``settled``), caches each pair's score by question
 and chunk, and runs the model off the event loop with bounded concurrency (``core/crossencoder.py``). Its thresholds
 are derived per book at ingest from in-scope and out-of-scope probes (``calibration.py``) and kept with the index.
 """
@@ -32,7 +32,6 @@ Plan = Literal["answer", "decline", "ask"]
 # 64 pieces of 40 words lost a right answer (docs/evaluation.md "The second opinion").
 MAX_TOKENS = 80
 NEAREST_WORDS = 50  # the passage's words read, heading path aside
-FIRST_PAIRS = 2  # read first; the third only when these do not settle the question
 MAX_PAIRS = 3  # on the three books' sets the 4th and 5th passages never changed a decision or an order
 CACHE_SIZE = 4096  # (question, chunk) scores kept: a panel's suggested questions repeat
 # The band, on the common confidence scale (so in raw evidence it is each book's own): from halfway below the
@@ -140,6 +139,20 @@ def nearest(question: str, passage: str, words: int = NEAREST_WORDS) -> str:
     return f"{heading}\n{' '.join(body.split()[:words])}"
 
 
+def settled(scores: Sequence[float | None], *, declined: bool, thresholds: Thresholds) -> bool:
+    """Whether the pairs read so far (``None``: not read) decide the question, whatever the rest would say: a
+    passage answers clearly; or, on an answer, one passage is not clearly off (a decline needs every pair read low);
+    or, on a decline, the first stage's best passage clearly does not answer (the two stages agree)."""
+    known = [s for s in scores if s is not None]
+    if not known:
+        return False
+    if max(known) > thresholds.overturn_above:
+        return True
+    if not declined:
+        return max(known) >= thresholds.decline_below
+    return scores[0] is not None and scores[0] < thresholds.decline_below
+
+
 def lifted(scores: Sequence[float | None], margin: float = LIFT_MARGIN) -> tuple[int, ...]:
     """The first-stage order, where a scored passage moves above an earlier scored one only when its logit beats
     that one's by ``margin`` (unscored passages keep their places)."""
@@ -199,26 +212,25 @@ class SecondOpinion:
             return None
 
     async def judge(self, question: str, passages: Sequence[tuple[str, str]], evidence: Evidence) -> Verdict | None:
-        """``passages``: (chunk id, text) in the first stage's order. Reads the first ``FIRST_PAIRS``, and up to
-        ``MAX_PAIRS`` only when those leave the decision open; None when the cross-encoder cannot run."""
+        """``passages``: (chunk id, text) in the first stage's order. Reads them one pair at a time, up to
+        ``MAX_PAIRS``, until the decision is ``settled``; None when the cross-encoder cannot run."""
         started = time.perf_counter()
         declined = evidence.confidence < confidence.DECLINE
         t = self.thresholds
         key = " ".join(question.lower().split())  # what the uncased model reads: cased or spaced alike
         scores: list[float | None] = [self._cache.get((key, chunk)) for chunk, _ in passages]
         read = 0
-        for batch in (range(min(FIRST_PAIRS, len(passages))), range(FIRST_PAIRS, min(MAX_PAIRS, len(passages)))):
-            known = [s for s in scores if s is not None]
-            if known and (max(known) > t.overturn_above or (not declined and max(known) >= t.decline_below)):
-                break  # settled: one passage answers clearly, or an answer cannot be declined any more
-            todo = [i for i in batch if scores[i] is None]
-            found = await self.scores(question, [passages[i][1] for i in todo]) if todo else []
+        for i in range(min(MAX_PAIRS, len(passages))):
+            if settled(scores, declined=declined, thresholds=t):
+                break
+            if scores[i] is not None:
+                continue
+            found = await self.scores(question, [passages[i][1]])
             if found is None:
                 return None
-            read += len(todo)
-            for i, value in zip(todo, found, strict=True):
-                scores[i] = value
-                self._remember((key, passages[i][0]), value)
+            read += 1
+            scores[i] = found[0]
+            self._remember((key, passages[i][0]), found[0])
         best = max(s for s in scores if s is not None)
         change: Change | None = None
         if not declined and best < t.decline_below and evidence.doubts(t):
