@@ -24,7 +24,7 @@ fi
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/data/tiktoken}"
 # This checkout first on the path (lint-imports, mypy and the commands tests start), whatever the venv's .pth says.
 export PYTHONPATH="$PWD/server:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-parallel=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+parallel=(-n "${TEST_WORKERS:-2}" --dist loadfile --durations=15)
 
 static_checks() {
   .venv/bin/ruff format --check server tests migrations scripts bench setup.py

@@ -67,11 +67,19 @@ SLOW_FIXTURES = frozenset({"shared_index_dir"})
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Whole-system tests (tests/e2e/: browsers, drills, deploy) and tests on the shared book are marked slow, besides
-    those marked one by one, so ``scripts/test.sh --quick`` (``-m "not slow and not wheel"``) leaves them out."""
+    those marked one by one, so ``scripts/test.sh --quick`` (``-m "not slow and not wheel"``) leaves them out.
+
+    Files then run whole-system ones first, then in order of how many slow tests they hold (each file keeps its own
+    order): parallel workers take a file at a time, so the long ones start early and the short ones even out the end."""
+    slow_in_file: dict[Path, int] = {}
     for item in items:
         in_e2e = item.path.is_relative_to(E2E_DIR)
         if in_e2e or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        slow = item.get_closest_marker("slow") is not None or item.get_closest_marker("wheel") is not None
+        slow_in_file[item.path] = slow_in_file.get(item.path, 0) + slow
+    # A stable sort: a file's tests keep their order.
+    items.sort(key=lambda item: (not item.path.is_relative_to(E2E_DIR), -slow_in_file[item.path]))
 
 
 def alembic_config(database_url: str) -> Config:
