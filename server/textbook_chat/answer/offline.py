@@ -101,9 +101,9 @@ class ExtractiveGenerator:
         if isinstance(plan, str):
             return plan
         scores: list[float] | None = None
-        if self.cross_encoder is not None and plan.worth_reading:
-            question = request.standalone or request.question
-            reading = self.cross_encoder.ascore(question, [u.scoring_text() for u in plan.to_read])
+        if (pairs := self._pairs(request, plan)) is not None:
+            assert self.cross_encoder is not None
+            reading = self.cross_encoder.ascore(*pairs)
             try:
                 logits = await asyncio.wait_for(reading, self.cross_encoder_wait_s)
                 scores = [float(x) for x in logits]
@@ -122,11 +122,17 @@ class ExtractiveGenerator:
         if isinstance(plan, str):
             return plan
         scores: list[float] | None = None
-        if self.cross_encoder is not None and plan.worth_reading:
-            question = request.standalone or request.question
-            logits = self.cross_encoder.score(question, [u.scoring_text() for u in plan.to_read])
-            scores = [float(x) for x in logits]
+        if (pairs := self._pairs(request, plan)) is not None:
+            assert self.cross_encoder is not None
+            scores = [float(x) for x in self.cross_encoder.score(*pairs)]
         return self._finish(request, plan, scores)
+
+    def _pairs(self, request: GenerationRequest, plan: _Plan) -> tuple[str, list[str]] | None:
+        """What the cross-encoder reads (the question as retrieval read it, and the units worth reading), or None
+        when there is no cross-encoder or nothing worth its time."""
+        if self.cross_encoder is None or not plan.worth_reading:
+            return None
+        return request.standalone or request.question, [u.scoring_text() for u in plan.to_read]
 
     def _plan(self, request: GenerationRequest) -> _Plan | str:
         """Every unit with its keyword score, and the ones the cross-encoder should read; or a final answer."""
