@@ -8,7 +8,6 @@ opinion (``second_opinion.py``) may decline or answer after all, and orders the 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -23,6 +22,7 @@ from textbook_chat.index.vectors import Hit, VectorIndex
 from textbook_chat.search import confidence, context, passages
 from textbook_chat.search.confidence import Calibration, Level
 from textbook_chat.search.context import Asked, Earlier
+from textbook_chat.search.followup import FollowUps
 from textbook_chat.search.rerank import CONTEXT_BUDGET_TOKENS as CONTEXT_BUDGET_TOKENS
 from textbook_chat.search.rerank import (
     Candidate,
@@ -148,6 +148,7 @@ class Retriever:
         self.calibration = calibration or confidence.CALIBRATIONS[embedder.name]
         self.second_opinion = second_opinion
         self._terms: dict[tuple[str, str], frozenset[str]] = {}
+        self.follow_ups = FollowUps(embedder, self._search)
 
     async def retrieve(
         self,
@@ -274,9 +275,9 @@ class Retriever:
     # -- textbook mode ----------------------------------------------------------------------------
 
     async def _textbook(self, asked: Asked, module: str | None) -> Retrieval:
-        readings = await self._readings(asked)
+        readings = await self.follow_ups.readings(asked)
         query = readings[0][1]
-        ranked = await self._search_read(readings, asked, module)
+        ranked = await self.follow_ups.search(readings, asked, module)
         unknown = await self._unknown_names(query, ranked, asked)
         if module is None:
             return self._finish(ranked, Scope(requested_module=None, searched="all"), query, unknown, asked=asked)
@@ -285,7 +286,7 @@ class Retriever:
         unfiltered: list[Candidate] | None = None
         unfiltered_confidence: float | None = None
         if filtered_confidence < confidence.PARTIAL_FILTER:
-            unfiltered = await self._search_read(readings, asked, None)
+            unfiltered = await self.follow_ups.search(readings, asked, None)
             unknown_all = await self._unknown_names(query, unfiltered, asked)
             unfiltered_confidence = self._confidence(diversify(unfiltered, TOP_K), query, unknown_all, asked)
         decision = confidence.filter_decision(filtered_confidence, unfiltered_confidence)
@@ -306,24 +307,6 @@ class Retriever:
             scope = replace(scope, note=note)
             notices.append(Notice("scope_limited", note))
         return self._finish(ranked, scope, query, unknown, notices, asked=asked)
-
-    async def _readings(self, asked: Asked) -> list[tuple[list[float], Query]]:
-        """The question as asked, and in context when it takes context: its vector blended with the earlier
-        questions' (``context.blend``: cached since they were asked) and the standalone form's terms, the subject's
-        weighing less (``context.keywords``). A fallback's first pass (``Asked.fallback``) is the question alone."""
-        if not asked.in_context:
-            return [(await self.embedder.embed_query(asked.question), Query(asked.question))]
-        assert asked.standalone is not None
-        alone, *prior = await asyncio.gather(*(self.embedder.embed_query(t) for t in (asked.question, *asked.prior)))
-        in_context = Query(asked.standalone, context.keywords(asked))
-        return [(alone, Query(asked.question)), (context.blend(alone, prior), in_context)]
-
-    async def _search_read(
-        self, readings: Sequence[tuple[list[float], Query]], asked: Asked, module: str | None
-    ) -> list[Candidate]:
-        """``_search`` for each reading of the question, fused (``context.fuse``) when there are two."""
-        ranked = [await self._search(dense, query, module) for dense, query in readings]
-        return ranked[0] if len(ranked) == 1 else context.fuse(ranked[0], ranked[1], asked)
 
     async def module_ids(self) -> list[str]:
         """The ids of the modules in the index, in book order; empty when it cannot say (no index, or it is down)."""
