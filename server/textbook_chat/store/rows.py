@@ -88,7 +88,7 @@ class MessageRow:
     created_at: datetime
     citations: tuple[Citation, ...] = field(default=())
     # An answer's characters streamed through each live event (Completion.stream_marks); read by get_message only.
-    stream_marks: tuple[int, ...] | None = None
+    stream_marks: Sequence[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

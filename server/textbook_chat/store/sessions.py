@@ -296,10 +296,7 @@ class Store(Database):
         if row is None:
             return None
         citations = await self._citations_for([message_id])
-        marks = row.pop("stream_marks")
-        return MessageRow(
-            **row, citations=tuple(citations.get(message_id, ())), stream_marks=None if marks is None else tuple(marks)
-        )
+        return MessageRow(**row, citations=tuple(citations.get(message_id, ())))
 
     async def recent_turns(self, session_id: uuid.UUID, *, limit: int) -> list[TurnRow]:
         """The newest ``limit`` questions and completed answers, oldest first, in one round trip (a prompt's

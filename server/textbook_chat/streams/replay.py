@@ -13,6 +13,7 @@ from 1, and only a reader with nothing yet can be given the text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from textbook_chat.answer.generation import invalid_markers
@@ -65,7 +66,7 @@ def resumable(message: MessageRow) -> bool:
     return _marks(message) is not None
 
 
-def _marks(message: MessageRow) -> tuple[int, ...] | None:
+def _marks(message: MessageRow) -> Sequence[int] | None:
     """The answer's stream marks if they can be trusted: past meta and sources, never decreasing, within the text."""
     marks = message.stream_marks
     if not marks or len(marks) < 2 or marks[0] != 0 or marks[-1] > len(message.content):
