@@ -42,6 +42,7 @@ class Behaviour:
     pieces: tuple[str, ...] | None = None  # the content deltas exactly as sent (default: ``text`` split in words)
     forever: bool = False  # after the pieces, " more" every token_delay_s until the client goes away
     endless_line_bytes: int = 0  # after the pieces, one `data:` line of this many bytes with no newline, then hang
+    body: Any = None  # a request that is not streamed gets this JSON, whatever its shape, instead of a completion
 
 
 def ok(text: str = DEFAULT_ANSWER, *, token_delay_s: float = 0.0) -> Behaviour:
@@ -90,7 +91,7 @@ class FakeOpenAI:
             error = {"error": {"message": "scripted failure", "type": "server_error", "code": None}}
             return JSONResponse(error, status_code=behaviour.status, headers=headers)
         if not body.get("stream"):
-            return JSONResponse(_completion(body, behaviour.text))
+            return JSONResponse(_completion(body, behaviour.text) if behaviour.body is None else behaviour.body)
         return StreamingResponse(self._stream(body, behaviour), media_type="text/event-stream")
 
     async def _stream(self, body: dict[str, Any], behaviour: Behaviour) -> AsyncIterator[bytes]:

@@ -142,6 +142,29 @@ async def test_with_the_rewrite_on_a_follow_up_needing_context_is_searched_as_th
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"choices": [{"index": 0, "message": None, "finish_reason": "stop"}]},
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": ["not", "text"]}}]},
+        {"choices": "none"},
+        [],
+    ],
+)
+async def test_a_rewrite_reply_of_any_other_shape_falls_back_to_the_offline_reading(
+    chat_server: Chat, clean_db: str, reply: Any
+) -> None:
+    async with chat_server(llm=True, FOLLOW_UP_REWRITE="on") as (client, fake):
+        opened = await ask(client, GAZEBO)
+        meta = opened[0].json()
+        fake.then(Behaviour(body=reply))
+        second = await ask(client, CONNECT, session_id=meta["session_id"], session_token=meta["session_token"])
+    assert len(rewrites(fake.requests)) == 1
+    assert headings(second)[0] == CONNECTING and finish(second) == "stop"
+    assert [q["standalone"] for q in questions(clean_db)] == [None, f"{CONNECT} (Gazebo)"]
+
+
+@pytest.mark.slow
 async def test_a_rewrite_slower_than_its_timeout_falls_back_to_the_offline_reading(
     chat_server: Chat, clean_db: str
 ) -> None:

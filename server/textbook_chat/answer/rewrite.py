@@ -67,8 +67,14 @@ class Rewriter:
         except openai.OpenAIError as exc:
             log.info("follow-up rewrite failed (%s); reading it offline", type(exc).__name__)
             return None
-        content = response.choices[0].message.content if response.choices else None
-        return standalone(content or "", question)
+        try:  # the reply of somebody else's server: any shape may come back
+            content = response.choices[0].message.content if response.choices else None
+        except (AttributeError, IndexError, TypeError):
+            content = None
+        if not isinstance(content, str):
+            log.info("follow-up rewrite came back without a text; reading it offline")
+            return None
+        return standalone(content, question)
 
 
 def messages(question: str, earlier: Sequence[Earlier]) -> list[dict[str, str]]:
