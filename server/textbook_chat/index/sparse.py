@@ -27,6 +27,7 @@ _DIGITS = 5  # sparse weights are stored rounded
 _AVERAGE_TERMS = 120.0  # typical chunk length in terms; document length normalisation is relative to it
 _NAME = re.compile(r"[A-Za-z0-9]+(?:[._\-/][A-Za-z0-9]+)*")
 _IDENTIFIER = re.compile(r"[a-z0-9]+(?:[._\-/:][a-z0-9]+)*")
+_SEPARATOR = re.compile(r"[._\-/:]")  # what joins an identifier's parts
 _STOPWORDS = frozenset(
     """a about above after again against all also am an and any are as at be because been before being below
     between both but by can could did do does doing down during each few for from further had has have having he
@@ -52,12 +53,13 @@ _HYPHENS = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013", "-"))
 def terms(text: str) -> list[str]:
     """Lower-cased terms in order: whole identifiers and their parts, stopwords dropped, plurals folded."""
     result: list[str] = []
-    for match in _IDENTIFIER.finditer(text.translate(_HYPHENS).lower()):
-        token = match.group()
-        parts = re.split(r"[._\-/:]", token)
-        if len(parts) > 1:
-            result.append(token)
-        result.extend(_stem(p) for p in parts if p and p not in _STOPWORDS and len(p) > 1)
+    for token in _IDENTIFIER.findall(text.translate(_HYPHENS).lower()):
+        if _SEPARATOR.search(token) is None:  # most words: no parts to split into
+            if token not in _STOPWORDS and len(token) > 1:
+                result.append(_stem(token))
+            continue
+        result.append(token)
+        result.extend(_stem(p) for p in _SEPARATOR.split(token) if p and p not in _STOPWORDS and len(p) > 1)
     return result
 
 
@@ -244,6 +246,7 @@ def term_index(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "big")
 
 
+@lru_cache(maxsize=65536)  # a book's words repeat: most are stemmed once
 def _stem(word: str) -> str:
     # Plural folding only: enough for "topics"/"topic", "policies"/"policy", without mangling identifiers.
     if len(word) > 4 and word.endswith("ies"):
