@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textbook_chat.answer import rewrite
+from textbook_chat.answer.generation import create_generator
 from textbook_chat.core.settings import Settings
 from textbook_chat.search.context import Earlier
 
@@ -26,5 +27,6 @@ def test_a_reply_is_used_only_when_it_is_one_question_that_adds_something() -> N
 
 
 def test_the_rewrite_is_off_by_default_and_needs_a_model() -> None:
-    assert rewrite.create_rewriter(Settings.from_env({})) is None
-    assert rewrite.create_rewriter(Settings.from_env({"FOLLOW_UP_REWRITE": "on"})) is None  # no key: offline
+    for env in ({}, {"FOLLOW_UP_REWRITE": "on"}):  # off; on, but no key: the offline generator
+        settings = Settings.from_env(env)
+        assert rewrite.create_rewriter(settings, create_generator(settings)) is None

@@ -176,6 +176,11 @@ class OpenAIGenerator:
         self._retries = retries
         self._bounds = bounds or Bounds()
 
+    @property
+    def client(self) -> AsyncOpenAI:
+        """The SDK client, with its connection pool (closed by ``aclose``)."""
+        return self._client
+
     async def aclose(self) -> None:
         await self._client.close()
 

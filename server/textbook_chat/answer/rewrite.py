@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
+from textbook_chat.answer.generation import Generator, OpenAIGenerator
 from textbook_chat.core.settings import Settings
 from textbook_chat.search.context import Earlier
 
@@ -44,9 +45,6 @@ class Rewriter:
         self._client = client
         self.model = model
         self.timeout_s = timeout_s
-
-    async def aclose(self) -> None:
-        await self._client.close()
 
     async def rewrite(self, question: str, earlier: Sequence[Earlier]) -> str | None:
         """The follow-up as one standalone question, or None (slow, failed, or not one question): then retrieval
@@ -97,18 +95,14 @@ def standalone(reply: str, question: str) -> str | None:
     return text
 
 
-def create_rewriter(settings: Settings) -> Rewriter | None:
-    """The rewriter when ``FOLLOW_UP_REWRITE=on`` and a model is configured; else None (the offline reading)."""
-    if not settings.follow_up_rewrite or settings.openai_api_key is None:
+def create_rewriter(settings: Settings, generator: Generator) -> Rewriter | None:
+    """The rewriter when ``FOLLOW_UP_REWRITE=on`` and ``generator`` is the chat model's; else None (the offline
+    reading). It asks through the generator's client, so its requests share that connection pool and its
+    ``LLM_MAX_CONNECTIONS`` (and warm the connection the answer then uses); the generator closes it."""
+    if not settings.follow_up_rewrite or not isinstance(generator, OpenAIGenerator):
         return None
-    import openai
-
-    client = openai.AsyncOpenAI(
-        api_key=settings.openai_api_key.reveal(),
-        base_url=settings.openai_base_url,
-        timeout=openai.Timeout(settings.follow_up_rewrite_s),
-        max_retries=0,  # no time for a second attempt: the offline form is the fallback
-    )
+    # No time for a second attempt: the offline form is the fallback.
+    client = generator.client.with_options(timeout=settings.follow_up_rewrite_s, max_retries=0)
     return Rewriter(client, model=settings.chat_model, timeout_s=settings.follow_up_rewrite_s)
 
 

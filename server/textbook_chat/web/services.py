@@ -120,9 +120,7 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
     # One cross-encoder per process: the offline answer orders its sentences with the same session.
     generator = create_generator(settings, cross_encoder=second_opinion.encoder)
     stack.push_async_callback(generator.aclose)
-    rewriter = create_rewriter(settings)
-    if rewriter is not None:
-        stack.push_async_callback(rewriter.aclose)
+    rewriter = create_rewriter(settings, generator)  # asks through the generator's client, which it closes
     return ChatService(
         store=services.store,
         registry=registry,
