@@ -143,35 +143,23 @@ async def test_with_the_rewrite_on_a_follow_up_needing_context_is_searched_as_th
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "reply",
+    ("reply", "timeout_s"),
     [
-        {"choices": [{"index": 0, "message": None, "finish_reason": "stop"}]},
-        {"choices": [{"index": 0, "message": {"role": "assistant", "content": ["not", "text"]}}]},
-        {"choices": "none"},
-        [],
+        (Behaviour(text="How do I connect Gazebo to ROS 2?", stall_s=2.0), "0.2"),
+        (Behaviour(body={"choices": [{"index": 0, "message": None, "finish_reason": "stop"}]}), "1.5"),
+        (Behaviour(body={"choices": [{"index": 0, "message": {"role": "assistant", "content": ["x"]}}]}), "1.5"),
+        (Behaviour(body={"choices": "none"}), "1.5"),
+        (Behaviour(body=[]), "1.5"),
     ],
+    ids=["slower than its timeout", "no message", "a list for content", "no choices", "a list"],
 )
-async def test_a_rewrite_reply_of_any_other_shape_falls_back_to_the_offline_reading(
-    chat_server: Chat, clean_db: str, reply: Any
+async def test_a_rewrite_too_slow_or_of_any_other_shape_falls_back_to_the_offline_reading(
+    chat_server: Chat, clean_db: str, reply: Behaviour, timeout_s: str
 ) -> None:
-    async with chat_server(llm=True, FOLLOW_UP_REWRITE="on") as (client, fake):
+    async with chat_server(llm=True, FOLLOW_UP_REWRITE="on", FOLLOW_UP_REWRITE_S=timeout_s) as (client, fake):
         opened = await ask(client, GAZEBO)
         meta = opened[0].json()
-        fake.then(Behaviour(body=reply))
-        second = await ask(client, CONNECT, session_id=meta["session_id"], session_token=meta["session_token"])
-    assert len(rewrites(fake.requests)) == 1
-    assert headings(second)[0] == CONNECTING and finish(second) == "stop"
-    assert [q["standalone"] for q in questions(clean_db)] == [None, f"{CONNECT} (Gazebo)"]
-
-
-@pytest.mark.slow
-async def test_a_rewrite_slower_than_its_timeout_falls_back_to_the_offline_reading(
-    chat_server: Chat, clean_db: str
-) -> None:
-    async with chat_server(llm=True, FOLLOW_UP_REWRITE="on", FOLLOW_UP_REWRITE_S="0.2") as (client, fake):
-        opened = await ask(client, GAZEBO)
-        meta = opened[0].json()
-        fake.then(Behaviour(text="How do I connect Gazebo to ROS 2?", stall_s=2.0))
+        fake.then(reply)
         second = await ask(client, CONNECT, session_id=meta["session_id"], session_token=meta["session_token"])
     assert len(rewrites(fake.requests)) == 1
     assert headings(second)[0] == CONNECTING and finish(second) == "stop"
