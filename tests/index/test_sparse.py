@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from textbook_chat.index.sparse import KeywordIndex, document_vector, names, query_vector, term_index, terms
+from textbook_chat.index.sparse import (
+    KeywordIndex,
+    clipped,
+    content,
+    document_vector,
+    forms,
+    names,
+    query_vector,
+    term_index,
+    terms,
+)
 
 
 def test_identifiers_are_kept_whole_and_split_into_parts() -> None:
@@ -85,3 +95,26 @@ def test_the_keyword_index_ranks_rare_matching_terms_first() -> None:
     assert scores[3] == 0.0
     assert "gazebo" in index and "moveit" not in index
     assert index.scores(terms("moveit")).sum() == 0.0
+
+
+def test_a_negated_auxiliary_is_not_a_content_word() -> None:
+    """ "aren't" would leave "aren", a word no book uses: a follow-up would lose evidence for it."""
+    assert content("What does it report when the frames aren't connected and don't move?") == [
+        "report",
+        "frame",
+        "connected",
+        "move",
+    ]
+
+
+def test_a_clipped_form_is_a_rare_word_the_book_spells_out() -> None:
+    vocabulary = {"authorization", "configuration", "tournament", "nested"}
+    assert clipped("auth", vocabulary) and clipped("config", vocabulary)
+    assert not clipped("tour", vocabulary)  # a common English word is its own word, not a clipping
+    assert not clipped("auth", {"author"})  # too little is cut to be a clipping
+    assert not clipped("authorization", vocabulary)  # the word itself is not its own clipping
+
+
+def test_a_name_written_without_its_separators_is_one_of_its_forms() -> None:
+    assert "socketio" in forms("socket.io") and "ros2control" in forms("ros2_control")
+    assert forms("robot") == ["robot"]

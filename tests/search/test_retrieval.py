@@ -523,3 +523,19 @@ async def test_a_paraphrase_of_an_answerable_question_is_not_declined(demo_retri
     ):
         result = await demo_retriever.retrieve(question)
         assert not result.declined, (question, result.unknown_terms, result.confidence)
+
+
+def test_a_follow_up_loses_evidence_by_the_square_of_its_own_words_the_book_never_uses() -> None:
+    """One word of three the book does not use is a paraphrase ("how does it talk to ROS 2?"): most evidence
+    stays. All of them absent is another subject ("and how do I cook pasta?"): none does."""
+    from textbook_chat.search import context
+    from textbook_chat.search.context import Earlier
+    from textbook_chat.search.rerank import Query
+    from textbook_chat.search.retrieval import known
+
+    earlier = [Earlier("What is Gazebo Harmonic?")]
+    paraphrase = context.read("How does it exchange messages with ROS?", earlier)
+    assert known(Query(paraphrase.question), ["exchange"], paraphrase) == pytest.approx(1 - (1 / 3) ** 2)
+    other_subject = context.read("And how do I cook pasta?", earlier)
+    assert known(Query(other_subject.question), ["cook", "pasta"], other_subject) == 0.0
+    assert known(Query(other_subject.question), [], other_subject) == 1.0

@@ -11,7 +11,7 @@ import hashlib
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -92,8 +92,23 @@ def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
 
 def content(text: str) -> list[str]:
     """A question's content terms, in order and once each (at most ``MAX_QUERY_TERMS``): its terms less the words
-    that say what kind of question it is (``_ASKING``) and the one- and two-letter ones; what it is about."""
-    return [t for t in bounded(terms(text)) if t not in _ASKING and len(t) > 2]
+    that say what kind of question it is (``_ASKING``), the one- and two-letter ones and negated auxiliaries
+    ("aren't" would leave "aren"); what it is about."""
+    return [t for t in bounded(terms(_NEGATED.sub(" ", text))) if t not in _ASKING and len(t) > 2]
+
+
+_NEGATED = re.compile(r"\b[A-Za-z]+n['\u2019]t\b")
+CLIPPED_MIN = 4  # a clipped form keeps at least this many letters ("auth", "repo", "config")
+CLIPPED_BY = 3  # ... and drops at least this many ("auth" of "authorization"; not "rust" of "rusty")
+
+
+def clipped(term: str, vocabulary: Iterable[str]) -> bool:
+    """Whether ``term`` is a clipped form of a word in ``vocabulary`` ("auth" for "authorization", "config" for
+    "configuration", "repo" for "repository"): a reader's short form of a word the book spells out. Only a word
+    rare in English is read so (``specific``): "tour" is not short for "tournament"."""
+    if len(term) < CLIPPED_MIN or not term.isalpha() or not specific(term):
+        return False
+    return any(len(word) >= len(term) + CLIPPED_BY and word.startswith(term) for word in vocabulary)
 
 
 def specific(term: str) -> bool:
@@ -114,8 +129,12 @@ MAX_QUERY_TERMS = 32
 
 def forms(term: str) -> list[str]:
     """A lower-case word and the bases its inflection may come from ("queried" -> "query", "overwriting" ->
-    "overwrite", "running" -> "run"): a book that writes one of them uses the word."""
+    "overwrite", "running" -> "run"), and a name written without its separators ("socket.io" -> "socketio",
+    "ros2-control" -> "ros2control"): a book that writes one of them uses the word."""
     found = [term]
+    joined = _JOINERS.sub("", term)
+    if joined != term and len(joined) >= 3:
+        found.append(joined)
     for suffix, base in _INFLECTIONS:
         stem = term[: -len(suffix)]
         if term.endswith(suffix) and len(stem) >= 3:
@@ -125,6 +144,7 @@ def forms(term: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+_JOINERS = re.compile(r"[._/+\-]")
 _INFLECTIONS = (("ing", ""), ("ing", "e"), ("ied", "y"), ("ed", ""), ("ed", "e"), ("ies", "y"), ("es", ""), ("er", ""))
 
 

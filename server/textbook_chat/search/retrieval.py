@@ -261,7 +261,11 @@ class Retriever:
         seen = set().union(*(sparse.terms(f"{' '.join(s.heading_path)}\n{s.text}") for s in candidates))
         absent = 0
         for word in words:
-            if seen.isdisjoint(sparse.forms(word)) and not await self._mentioned(word):
+            if (
+                seen.isdisjoint(sparse.forms(word))
+                and not sparse.clipped(word, seen)
+                and not await self._mentioned(word)
+            ):
                 absent += 1
         return absent / len(words)
 
@@ -387,7 +391,7 @@ class Retriever:
         wanted = [*query.names, *(t for t in query.informative if t not in query.names)]
         if asked is not None and asked.in_context:
             wanted += [t for t in asked.own_terms if t not in wanted]
-        missing = [term for term in wanted if not any(term in c.terms for c in ranked)]
+        missing = [term for term in wanted if not any(term in c.terms or sparse.clipped(term, c.terms) for c in ranked)]
         if not missing:
             return ()
         return tuple([name for name in missing if not await self._mentioned(name)])
@@ -444,8 +448,10 @@ def known(query: Query, unknown: Sequence[str], asked: Asked | None = None) -> f
     share = known_share(query, unknown)
     if asked is None or not asked.in_context or not asked.own_terms:
         return share
-    missing = len({u for u in unknown if u in asked.own_terms})
-    return min(share, 1.0 - missing / len(set(asked.own_terms)))  # not squared: "besides" is not a subject
+    missing = len({u for u in unknown if u in asked.own_terms}) / len(set(asked.own_terms))
+    # Squared: a word or two of several the book does not use is a paraphrase ("does it talk to ROS 2?"); most of
+    # them absent is another subject ("and how do I cook pasta?")
+    return min(share, 1.0 - missing**2)
 
 
 def _renumbered(sources: Sequence[Source]) -> tuple[Source, ...]:
