@@ -12,6 +12,7 @@ from textbook_chat.index.sparse import (
     forms,
     names,
     query_vector,
+    telling,
     term_index,
     terms,
 )
@@ -118,3 +119,8 @@ def test_a_clipped_form_is_a_rare_word_the_book_spells_out() -> None:
 def test_a_name_written_without_its_separators_is_one_of_its_forms() -> None:
     assert "socketio" in forms("socket.io") and "ros2control" in forms("ros2_control")
     assert forms("robot") == ["robot"]
+
+
+def test_an_unknown_term_tells_when_it_is_an_identifier_or_rare_not_a_compound_of_common_words() -> None:
+    assert telling("ros2_control") and telling("rclpy.spin") and telling("strace") and telling("urdf-based")
+    assert not telling("back-to-back") and not telling("step-by-step") and not telling("drop")

@@ -122,6 +122,16 @@ def specific(term: str) -> bool:
     return len(pieces) >= SPECIFIC_PIECES or (len(pieces) == 2 and len(pieces[0]) <= FRAGMENT_CHARS)
 
 
+def telling(term: str) -> bool:
+    """Whether a term the book never uses tells that the book does not answer the question: an identifier
+    ("ros2_control", "rclpy.spin", "esp32") or a word rare in English (``specific``); a compound of common
+    words ("back-to-back", "step-by-step") is a paraphrase, unless one of its parts is rare ("urdf-based")."""
+    parts = term.split("-")
+    if not all(part.isalpha() for part in parts):
+        return True
+    return any(specific(part) for part in parts if part)
+
+
 # A question's distinct terms read by the keyword search, the names and specific-terms rules and the rerank: a
 # question of 2,000 words costs what one of this many does (issue 34). Readers' questions hold 3-15.
 MAX_QUERY_TERMS = 32

@@ -211,7 +211,7 @@ class Retriever:
         evidence = Evidence(
             confidence=result.confidence,
             unscaled=result.unscaled,
-            unknown_rare=any(not t.isalpha() or sparse.specific(t) for t in result.unknown_terms),
+            unknown_rare=any(sparse.telling(t) for t in result.unknown_terms),
         )
         if plan(opinion.thresholds, replace(evidence, absent=1.0)) != "ask":
             return result  # whatever the book's vocabulary says: no need to look it up
