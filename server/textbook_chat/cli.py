@@ -474,8 +474,8 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(str(exc)) from None
     if conversational:
         print(conversations.table(turns, title=f"{args.questions} ({retriever.embedder.name} embedder)"))
-        if args.misses:
-            print(conversations.misses(turns))
+        found = (facts.conversation_table(turns), conversations.misses(turns) if args.misses else "")
+        print("\n".join(part for part in found if part))
         return 0
     figures = evaluate.figures(outcomes)
     title = f"{args.questions} ({retriever.embedder.name} embedder{', module-aware' if args.module_aware else ''})"

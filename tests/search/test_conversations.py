@@ -66,10 +66,15 @@ def test_eval_replays_a_conversation_set_in_context_alone_and_rewritten(
     monkeypatch.delenv("QDRANT_URL", raising=False)
     simulators = "03-simulation-and-learning/01-simulators.md"
     sets = tmp_path / "conversations.jsonl"
-    gazebo = {"question": "What is Gazebo?", "expected_files": [simulators]}
+    gazebo = {
+        "question": "What is Gazebo?",
+        "expected_files": [simulators],
+        "answer_facts": ["the open-source simulator developed alongside ROS by Open Robotics"],
+    }
     lines = [
         {"id": "c1", "turns": [gazebo, {"question": "How do I install it?", "expected_files": [simulators],
-                                        "standalone": "How do I install the Gazebo simulator?"}]},
+                                        "standalone": "How do I install the Gazebo simulator?",
+                                        "answer_facts": ["a kosher pickle brine recipe"]}]},
         {"id": "c2", "turns": [gazebo, {"question": "And how do I cook pasta?", "kind": "out_of_scope"}]},
     ]  # fmt: skip
     sets.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -80,3 +85,10 @@ def test_eval_replays_a_conversation_set_in_context_alone_and_rewritten(
     alone = next(line.split() for line in printed if line.strip().startswith("alone"))
     assert alone[-1] == "1.000"  # alone, "How do I install it?" names nothing the book can answer: declined
     assert any(line.startswith("out-of-scope follow-ups") and line.endswith("1.000") for line in printed)
+    # Turns with facts: each group's offline answers scored apart (the first question's holds its fact; the
+    # follow-up's fact is one no answer from this book holds)
+    firsts, follow_ups = (
+        printed.index(f"offline answers to {group}") for group in ("first questions", "follow-ups, in context")
+    )
+    assert printed[firsts + 3].split() == ["fact", "recall", "1.000"]
+    assert printed[follow_ups + 1].split()[-1] == "1" and printed[follow_ups + 3].split() == ["fact", "recall", "0.000"]

@@ -20,6 +20,7 @@ from textbook_chat.answer.prompts import CITATION
 
 if TYPE_CHECKING:
     from textbook_chat.answer.generation import ExtractiveGenerator
+    from textbook_chat.search.conversations import TurnOutcome
     from textbook_chat.search.evaluate import Question
     from textbook_chat.search.retrieval import Retrieval, Retriever
 
@@ -252,6 +253,21 @@ async def run(
 ) -> list[AnswerOutcome]:
     """Every question that carries ``answer_facts``, asked and scored one after the other."""
     return [await ask(retriever, generator, q, module_aware=module_aware) for q in questions if q.answer_facts]
+
+
+def conversation_table(turns: Sequence[TurnOutcome]) -> str:
+    """The offline answers' facts in conversations: first questions, and follow-ups answered in their session,
+    for the turns that carry ``answer_facts`` ("" when none does)."""
+    groups = {
+        "first questions": [t for t in turns if t.turn.kind == "first" and t.turn.answer_facts],
+        "follow-ups, in context": [t for t in turns if t.turn.kind == "follow_up" and t.turn.answer_facts],
+    }
+    rows = []
+    for name, group in groups.items():
+        if group:
+            scored = [score(f"{t.conversation}#{t.number}", t.turn.kind, t.answer, t.turn.answer_facts) for t in group]
+            rows.append(f"offline answers to {name}\n{table(figures(scored))}")
+    return "\n".join(rows)
 
 
 def _share(flags: Iterable[bool]) -> float:

@@ -33,6 +33,7 @@ class Turn:
     standalone: str | None = None  # a hand-written standalone rewrite (the upper bound)
     module: str | None = None  # the module filter the reader sent it with
     other_page: bool = False  # a follow-up whose expected files share none with the first question's
+    answer_facts: tuple[str, ...] = ()  # what a good answer to it holds (``answer/facts.py`` scores the offline one)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class TurnOutcome:
     in_context: Asking
     alone: Asking
     rewrite: Asking | None = None
+    answer: str = ""  # the offline answer it got in its session ("" when declined, or not asked for one)
 
 
 def is_conversation_set(path: Path) -> bool:
@@ -100,6 +102,7 @@ def load(path: Path) -> list[Conversation]:
                         standalone=t.get("standalone"),
                         module=t.get("module"),
                         other_page=kind == "follow_up" and not first_files & set(files),
+                        answer_facts=tuple(str(f) for f in t.get("answer_facts") or ()),
                     )
                 )
             conversations.append(Conversation(str(raw["id"]), tuple(turns)))
@@ -133,8 +136,8 @@ async def run(
             rewrite = None
             if turn.standalone and number > 1:
                 rewrite = _asking(turn, await retriever.retrieve(turn.standalone, module=turn.module))
-            outcomes.append(TurnOutcome(conversation.id, number, turn, in_context, alone, rewrite))
             said = await answer(turn.question, result) if answer is not None and not result.declined else ""
+            outcomes.append(TurnOutcome(conversation.id, number, turn, in_context, alone, rewrite, said))
             earlier.append(Earlier(turn.question, result.standalone, said))
     return outcomes
 
