@@ -59,6 +59,9 @@ def test_stopwords_and_single_letters_are_dropped_and_plurals_folded() -> None:
         ("Why use a Teacher–Student scheme?", ["teacher-student"]),  # an en dash joins as a hyphen does
         ("WHY USE A TEACHER-STUDENT SCHEME FOR LOCOMOTION POLICIES?", []),  # caps lock: capitals say nothing
         ("HOW DO I SET UP ROS2_CONTROL ON AN ESP32?", ["ros2_control", "esp32"]),  # digits and _ still do
+        ("How does the scan operator keep a running total?", ["scan"]),  # a word named by its kind in code
+        ("Which flags does the chmod command take?", ["chmod"]),
+        ("What does the main function do, and is it the best method?", []),  # what kind of question, not a name
     ],
 )
 def test_names_are_identifiers_and_capitalised_words_after_the_first(question: str, expected: list[str]) -> None:

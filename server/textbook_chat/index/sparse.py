@@ -180,18 +180,29 @@ def _wordpiece() -> Any:
         return None
 
 
+# "the scan operator", "the chmod command": a word a question names by the kind of thing it is in code.
+_KIND_NAMED = re.compile(
+    r"\bthe\s+([A-Za-z][A-Za-z0-9_]*)\s+(?:operator|function|method|command|package|library|plugin|hook|flag|"
+    r"decorator|directive|keyword)s?\b",
+    re.I,
+)
+
+
 def names(text: str) -> list[str]:
-    """The terms of what a question names: identifiers (``ros2_control``, ``ESP32``, ``MoveIt``) and capitalised
-    words after the first (``Tesla``, ``Cartographer``). A book that never mentions one cannot answer about it.
+    """The terms of what a question names: identifiers (``ros2_control``, ``ESP32``, ``MoveIt``), capitalised
+    words after the first (``Tesla``, ``Cartographer``) and a word named by its kind ("the scan operator", "the
+    chmod command"). A book that never mentions one cannot answer about it.
 
     A question with no lower-case letter (caps lock) says nothing by its capitals: only digits, dots and
     underscores make a name there."""
     found: list[str] = []
     text = text.translate(_HYPHENS)
     cased = any(c.islower() for c in text)
+    kinds = {match.start(1) for match in _KIND_NAMED.finditer(text) if match.group(1).lower() not in _ASKING}
     for position, match in enumerate(_NAME.finditer(text)):
         token = match.group()
         identifier = any(c.isdigit() or c in "_." for c in token) or (cased and any(c.isupper() for c in token[1:]))
+        identifier = identifier or match.start() in kinds  # "the scan operator": a word named by its kind
         capitalised = cased and position > 0 and token[0].isupper() and not _starts_sentence(text, match.start())
         if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
             continue
