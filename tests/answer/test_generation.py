@@ -118,6 +118,44 @@ async def test_the_extractive_answer_quotes_the_matching_sentences_with_markers(
     assert cited_numbers(text, 2) == [1]
 
 
+async def test_a_follow_ups_answer_is_chosen_by_the_subject_its_standalone_form_took() -> None:
+    """ "How do I set it up?" after a question about Gazebo: the sentence about setting Gazebo up, not the one
+    about setting up something else."""
+    setup = source(
+        1,
+        "Set up the workstation's network before the lab begins, with a fixed address for every robot. "
+        "Set up Gazebo Harmonic from the OSRF apt repository, then check it with the gz sim command.",
+    )
+    request = GenerationRequest(
+        question="How do I set it up?",
+        sources=[setup],
+        history=[],
+        mode="textbook",
+        standalone="How do I set it up? (Gazebo Harmonic)",
+    )
+    text = await ExtractiveGenerator(pace_s=0).answer_async(request)
+    assert text.startswith("Set up Gazebo Harmonic")
+
+
+async def test_where_no_sentence_answers_the_answer_quotes_the_matching_code_under_its_heading() -> None:
+    """A listing split across chunks holds no sentence: its code is quoted rather than a pointer to it."""
+    listing = source(
+        1,
+        "```python\n    def cancel_callback(self, goal_handle):\n        self.get_logger().info('cancel requested')\n"
+        "        return CancelResponse.ACCEPT\n```",
+        heading="Cancelling a goal",
+    )
+    other = source(2, "```python\nrclpy.init()\nnode = rclpy.create_node('talker')\n```", heading="Nodes")
+    request = GenerationRequest(
+        question="How do I cancel a goal?", sources=[other, listing], history=[], mode="textbook"
+    )
+    text = await ExtractiveGenerator(pace_s=0).answer_async(request)
+    assert text.startswith("From “Cancelling a goal”") and "CancelResponse.ACCEPT" in text and "[1]" in text
+    assert "rclpy.init" not in text
+    nothing = replace(request, question="What colour is the sky?")
+    assert (await ExtractiveGenerator(pace_s=0).answer_async(nothing)).startswith("The closest passage is in")
+
+
 async def test_the_extractive_answer_never_quotes_a_quiz_item_or_an_option_as_teaching() -> None:
     quiz = replace(
         source(

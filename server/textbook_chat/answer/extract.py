@@ -117,6 +117,21 @@ class _Block:
     lines: list[str]
 
 
+def code_units(text: str, n: int | None, heading: str = "") -> list[Unit]:
+    """A chunk's code blocks as units under their headings (``heading``: the chunk's section, before any of its
+    own), cut as a lead-in's code is: what an answer may quote when no sentence anywhere answers ("how do I cancel
+    a goal?" after a listing split across chunks)."""
+    found: list[Unit] = []
+    for block in _blocks(text):
+        if block.kind == "heading":
+            heading = _plain(block.lines[0])
+        elif block.kind == "code" and not _SKIPPED_SECTION.match(heading):
+            body = _render_blocks([block])
+            if len(body.split()) >= _MIN_WORDS:
+                found.append(Unit("block", body, "", heading, n, 0))
+    return [replace(u, position=p, terms=frozenset(sparse.terms(u.scoring_text()))) for p, u in enumerate(found)]
+
+
 def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Unit]:
     """The quotable units of a chunk's Markdown, in source order."""
     blocks = _blocks(text)

@@ -12,7 +12,7 @@ import functools
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -136,7 +136,7 @@ class ExtractiveGenerator:
 
     def _plan(self, request: GenerationRequest) -> _Plan | str:
         """Every unit with its keyword score, and the ones the cross-encoder should read; or a final answer."""
-        wanted = frozenset(sparse.terms(request.question))
+        wanted = _wanted(request)
         if request.selected_text:
             cite = _citing_source(request.selected_text, request.sources)
             candidates = [_lexical(u, wanted) for u in extract.units(request.selected_text, cite)]
@@ -171,6 +171,8 @@ class ExtractiveGenerator:
                 return "The selected text does not seem to answer this question; try asking about the whole book."
             return "From the selected text: " + compose.render(compose.order(chosen))
         if not chosen:
+            chosen = _code_instead(request)
+        if not chosen:
             best = request.sources[0]
             return f"The closest passage is in “{' › '.join(best.heading_path) or best.title}” [{best.n}]."
         return compose.render(compose.order(chosen))
@@ -188,9 +190,35 @@ class _Plan:
         return len(self.to_read) > 1 or (not self.overlap and bool(self.to_read))
 
 
-def _lexical(unit: extract.Unit, wanted: frozenset[str], weight: float = 1.0) -> extract.Unit:
-    """Keyword overlap with the question; ``weight`` < 1 for a quiz's or an exercise's own explanations."""
-    overlap = len(wanted & unit.terms)
+SUBJECT_WEIGHT = 0.5  # a follow-up's subject, from its conversation, against the question's own words
+
+
+def _wanted(request: GenerationRequest) -> dict[str, float]:
+    """The keyword terms a unit is scored by: the question's own, and for a follow-up read in context the subject
+    its standalone form took (``search/context.py``) at SUBJECT_WEIGHT: what "how do I set it up?" is about."""
+    own = sparse.terms(request.question)
+    wanted = dict.fromkeys(sparse.terms(request.standalone or ""), SUBJECT_WEIGHT)
+    wanted.update(dict.fromkeys(own, 1.0))
+    return wanted
+
+
+def _code_instead(request: GenerationRequest) -> list[extract.Unit]:
+    """No sentence answers: the teaching sources' code block sharing most with the question, under its heading."""
+    wanted = _wanted(request)
+    codes = [
+        _lexical(u, wanted)
+        for source in request.sources
+        if source.kind == "teaching"
+        for u in extract.code_units(source.text, source.n, source.heading_path[-1] if source.heading_path else "")
+    ]
+    best = max(codes, key=lambda u: u.score, default=None)
+    return [replace(best, cites=(best.n,) if best.n is not None else ())] if best and best.score > 0 else []
+
+
+def _lexical(unit: extract.Unit, wanted: Mapping[str, float], weight: float = 1.0) -> extract.Unit:
+    """Keyword overlap with the question (its terms' weights summed); ``weight`` < 1 for a quiz's or an
+    exercise's own explanations."""
+    overlap = sum(w for term, w in wanted.items() if term in unit.terms)
     score = weight * overlap / math.sqrt(len(unit.terms) or 1) if overlap else 0.0
     if score:
         score += 0.15 / (unit.n or 1) + 0.05 / (1 + unit.position)  # earlier sources and opening units break ties
