@@ -12,6 +12,7 @@ from textbook_chat.index.sparse import (
     forms,
     names,
     query_vector,
+    specific,
     telling,
     term_index,
     terms,
@@ -127,3 +128,10 @@ def test_a_name_written_without_its_separators_is_one_of_its_forms() -> None:
 def test_an_unknown_term_tells_when_it_is_an_identifier_or_rare_not_a_compound_of_common_words() -> None:
     assert telling("ros2_control") and telling("rclpy.spin") and telling("strace") and telling("urdf-based")
     assert not telling("back-to-back") and not telling("step-by-step") and not telling("drop")
+
+
+def test_a_derived_word_has_the_word_it_is_made_from_among_its_forms() -> None:
+    """ "viewable" is rare in English, but a book that says "view" answers about it: no specific term."""
+    assert "view" in forms("viewable") and "break" in forms("breakage") and "exploit" in forms("exploitable")
+    assert not specific("viewable") and not specific("breakage") and specific("strace")
+    assert forms("usable") == ["usable"]  # "us" is too short a stem to be a word's base

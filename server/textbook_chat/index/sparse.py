@@ -139,9 +139,15 @@ MAX_QUERY_TERMS = 32
 
 def forms(term: str) -> list[str]:
     """A lower-case word and the bases its inflection may come from ("queried" -> "query", "overwriting" ->
-    "overwrite", "running" -> "run"), and a name written without its separators ("socket.io" -> "socketio",
+    "overwrite", "running" -> "run"), the word a derived one is made from ("viewable" -> "view", "breakage" ->
+    "break": a book that uses the word answers about its derivative, and a derivative of a common word is no
+    specific term), and a name written without its separators ("socket.io" -> "socketio",
     "ros2-control" -> "ros2control"): a book that writes one of them uses the word."""
     found = [term]
+    for suffix, base in _DERIVATIONS:
+        stem = term[: -len(suffix)]
+        if term.endswith(suffix) and len(stem) >= 4:
+            found.append(stem + base)
     joined = _JOINERS.sub("", term)
     if joined != term and len(joined) >= 3:
         found.append(joined)
@@ -154,6 +160,10 @@ def forms(term: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+_DERIVATIONS = (
+    ("able", ""), ("able", "e"), ("ible", ""), ("ible", "e"), ("age", ""), ("age", "e"), ("ment", ""), ("ness", ""),
+    ("less", ""), ("ful", ""), ("ly", ""),
+)  # fmt: skip
 _JOINERS = re.compile(r"[._/+\-]")
 _INFLECTIONS = (("ing", ""), ("ing", "e"), ("ied", "y"), ("ed", ""), ("ed", "e"), ("ies", "y"), ("es", ""), ("er", ""))
 
