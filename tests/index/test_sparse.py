@@ -112,6 +112,12 @@ def test_a_negated_auxiliary_is_not_a_content_word() -> None:
     ]
 
 
+def test_function_words_and_a_compounds_whole_are_not_content_words() -> None:
+    assert content("How do I get a copy of it onto my laptop?") == ["copy", "laptop"]
+    assert content("Is there a ready-made one I can adopt?") == ["ready", "made", "adopt"]
+    assert content("What other hardware does the course need besides it?") == ["hardware", "course"]
+
+
 def test_a_clipped_form_is_a_rare_word_the_book_spells_out() -> None:
     vocabulary = {"authorization", "configuration", "tournament", "nested"}
     assert clipped("auth", vocabulary) and clipped("config", vocabulary)

@@ -92,9 +92,23 @@ def informative(text: str, *, exclude: Sequence[str] = ()) -> dict[str, float]:
 
 def content(text: str) -> list[str]:
     """A question's content terms, in order and once each (at most ``MAX_QUERY_TERMS``): its terms less the words
-    that say what kind of question it is (``_ASKING``), the one- and two-letter ones and negated auxiliaries
-    ("aren't" would leave "aren"); what it is about."""
-    return [t for t in bounded(terms(_NEGATED.sub(" ", text))) if t not in _ASKING and len(t) > 2]
+    that say what kind of question it is (``_ASKING``), function words the keyword side keeps (``_FUNCTION``), the
+    one- and two-letter ones, negated auxiliaries ("aren't" would leave "aren") and a hyphenated compound's whole
+    (its parts are content words of their own: "ready-made" is "ready" and "made"); what it is about."""
+    return [
+        t
+        for t in bounded(terms(_NEGATED.sub(" ", text)))
+        if t not in _ASKING and t not in _FUNCTION and len(t) > 2 and "-" not in t
+    ]
+
+
+# Prepositions, indefinite pronouns and adverbs the keyword side keeps (they are in no stopword list it was built
+# with) but that say nothing of what a question is about: "onto my laptop", "besides it", "nobody", "actually".
+_FUNCTION = frozenset(
+    """onto upon within without via across toward towards among amongst beside besides behind beyond around
+    anyone anybody someone somebody something anything everything nothing nobody everyone everybody
+    actually really maybe perhaps quite rather already still even ever soon instead""".split()
+)
 
 
 _NEGATED = re.compile(r"\b[A-Za-z]+n['\u2019]t\b")
