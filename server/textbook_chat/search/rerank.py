@@ -6,6 +6,7 @@ repeated sections dropped, the context budget kept, and a chunk's plain-prose ex
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -137,6 +138,7 @@ def distinct_sections(ranked: Sequence[S], k: int) -> list[S]:
     return result
 
 
+@functools.lru_cache(maxsize=passages.FORMS_CACHED)
 def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
     """The start of a chunk as plain prose: no code fences, no Markdown marks, cut at a word."""
     prose = _FENCE.sub(" ", text)
