@@ -77,26 +77,10 @@ def _wrap_sync(owner: Any, attribute: str, name: str) -> None:
     setattr(owner, attribute, timed)
 
 
-def _time_model_request(owner: Any) -> None:
-    """The SDK's ``create`` returns a context manager that sends the request on entry: time the entry (the
-    request made, sent and its response headers read)."""
-    original = owner.create
-
-    class Timed:
-        def __init__(self, manager: Any) -> None:
-            self.manager = manager
-
-        async def __aenter__(self) -> Any:
-            start = time.perf_counter_ns()
-            try:
-                return await self.manager.__aenter__()
-            finally:
-                _record("model: request opened (to response headers)", start, time.perf_counter_ns())
-
-        async def __aexit__(self, *exc: Any) -> Any:
-            return await self.manager.__aexit__(*exc)
-
-    owner.create = lambda *args, **kwargs: Timed(original(*args, **kwargs))
+def _time_model_request(client: Any) -> None:
+    """The generator posts the chat request through the SDK client's ``post`` (answer/generation.py), which
+    returns once the response's headers are read: time it (the request made, sent and its response headers read)."""
+    _wrap_async(client, "post", "model: request opened (to response headers)")
 
 
 class _ModelTimer:
@@ -138,7 +122,7 @@ def _instrument(services: Any) -> None:
 
     _wrap_sync(retrieval_module, "rank", "retrieval: rerank")
     _wrap_sync(prompts, "build_messages", "prompt: build (token counting)")
-    _time_model_request(generator._client.chat.completions.with_streaming_response)  # noqa: SLF001
+    _time_model_request(generator.client)
     if services.limiter is not None:
         _wrap_async(services.limiter, "hit", "admit: ask budget")
     if services.slots is not None:

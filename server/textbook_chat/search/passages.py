@@ -10,6 +10,7 @@ an answer option or an exercise prompt as if it were the book's teaching.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -21,12 +22,20 @@ EXERCISE_PENALTY = 0.05  # assignments and labs often explain as they instruct: 
 QUESTION_PENALTY = 0.1  # times the share of asking lines, for a teaching passage that poses questions
 _ASSESSMENT_SHARE = 0.3  # a passage whose lines ask or offer options this often is an assessment, whatever its heading
 _ASSESSMENT_LINES = 3  # ... if it has at least this many (one rhetorical question does not make a quiz)
+# A chunk's form is read again for every question that finds it (its rank, then its source): kept for this many
+# chunks (a book has a few thousand). The reading is a pure function of the text and headings, so it is kept by
+# them; it cost ~1 ms of each question's retrieval (the line-by-line regexes), before the first token.
+FORMS_CACHED = 4096
 
 
 def kind_of(payload: Mapping[str, Any]) -> Kind:
     """A chunk's kind, from its headings (page title included) and the form of its lines."""
-    headings = [str(payload.get("title", "")), *(str(h) for h in payload.get("heading_path", ()) or ())]
-    text = str(payload.get("text", ""))
+    headings = (str(payload.get("title", "")), *(str(h) for h in payload.get("heading_path", ()) or ()))
+    return _classified(str(payload.get("text", "")), headings)
+
+
+@functools.lru_cache(maxsize=FORMS_CACHED)
+def _classified(text: str, headings: tuple[str, ...]) -> Kind:
     return classify(text, headings)
 
 
@@ -56,6 +65,7 @@ def asks_for_practice(question: str) -> bool:
     return bool(_PRACTICE_WORDS.search(question))
 
 
+@functools.lru_cache(maxsize=FORMS_CACHED)
 def question_share(text: str) -> float:
     """The share of a passage's lines that ask a question or offer a lettered answer option."""
     lines = _lines(text)

@@ -6,8 +6,10 @@ repeated sections dropped, the context budget kept, and a chunk's plain-prose ex
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -99,9 +101,9 @@ S = TypeVar("S", bound=Section)
 def diversify(ranked: Sequence[Candidate], k: int) -> list[Candidate]:
     """Best first, skipping a chunk that mostly repeats one already kept (overlapping pieces, restated quizzes)."""
     kept: list[Candidate] = []
-    kept_words: list[set[str]] = []
+    kept_words: list[frozenset[str]] = []
     for candidate in ranked:
-        words = set(WORD.findall(str(candidate.hit.payload.get("text", "")).lower()))
+        words = _words(str(candidate.hit.payload.get("text", "")))
         if any(overlap(words, other) > _DUPLICATE_OVERLAP for other in kept_words):
             continue
         kept.append(candidate)
@@ -137,6 +139,7 @@ def distinct_sections(ranked: Sequence[S], k: int) -> list[S]:
     return result
 
 
+@functools.lru_cache(maxsize=passages.FORMS_CACHED)
 def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
     """The start of a chunk as plain prose: no code fences, no Markdown marks, cut at a word."""
     prose = _FENCE.sub(" ", text)
@@ -147,7 +150,13 @@ def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
     return prose[:limit].rsplit(" ", 1)[0] + "…"
 
 
-def overlap(a: set[str], b: set[str]) -> float:
+@functools.lru_cache(maxsize=passages.FORMS_CACHED)
+def _words(text: str) -> frozenset[str]:
+    """A chunk's distinct words, as ``diversify`` compares them (read once per chunk, like its form)."""
+    return frozenset(WORD.findall(text.lower()))
+
+
+def overlap(a: AbstractSet[str], b: AbstractSet[str]) -> float:
     return len(a & b) / min(len(a), len(b)) if a and b else 0.0
 
 
