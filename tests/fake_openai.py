@@ -60,6 +60,7 @@ class FakeOpenAI:
     default: Behaviour = field(default_factory=Behaviour)
     script: deque[Behaviour] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)  # each request's Authorization header
     streams_started: int = 0
     streams_completed: int = 0
     streams_closed_early: int = 0
@@ -83,6 +84,7 @@ class FakeOpenAI:
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(body)
+        self.authorizations.append(request.headers.get("authorization"))
         behaviour = self._next()
         if behaviour.stall_s and behaviour.stall_after_tokens is None:
             await asyncio.sleep(behaviour.stall_s)

@@ -217,6 +217,21 @@ REQUEST = GenerationRequest(
 )
 
 
+async def test_the_model_is_asked_with_the_key_and_the_request_the_sdk_would_send(llm) -> None:
+    """The body is posted as it is (not walked through the SDK's typed transform): still the key, the model, a
+    stream with its usage, the bounds and the messages."""
+    generator, fake = llm
+    events = await collect(generator.stream(REQUEST))
+    assert isinstance(events[-1], Finished)
+    assert fake.authorizations == ["Bearer sk-test"]
+    (body,) = fake.requests
+    assert body["model"] == "gpt-4o-mini" and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True} and body["max_tokens"] > 0
+    assert [m["role"] for m in body["messages"]][-1] == "user" and all(
+        isinstance(m["content"], str) for m in body["messages"]
+    )
+
+
 async def test_a_429_waits_for_retry_after_then_retries(llm) -> None:
     generator, fake = llm
     fake.then(Behaviour(status=429, retry_after="0.4"))
