@@ -176,6 +176,22 @@ async def test_it_overturns_a_decline_whose_passage_clearly_answers(book: Book) 
     assert result.sources[0].file_path == "02-ros2/01-nodes-and-topics.md"
 
 
+async def test_a_decline_on_weak_passages_alone_is_answered_above_the_midpoint_and_one_with_a_rare_word_is_not(
+    book: Book,
+) -> None:
+    """Between its two logits the cross-encoder lifts only a decline that nothing but weak passages caused."""
+    plain = await Retriever(book.index, book.embedder, book.calibration).retrieve(SPIN)
+    passages = [(s.chunk_id, s.passage) for s in plain.candidates]
+    best = (await book.opinion.judge(SPIN, passages, Evidence(0.15, 0.15, unknown_rare=False))).score
+    between = SecondOpinion(book.opinion.encoder, Thresholds(decline_below=best - 6, overturn_above=best + 2))
+    assert between.thresholds.midpoint < best < between.thresholds.overturn_above
+    weak = await between.judge(SPIN, passages, Evidence(0.15, 0.15, unknown_rare=False))
+    assert weak is not None and weak.change == "answered"
+    for doubted in (Evidence(0.15, 0.15, unknown_rare=True), Evidence(0.15, 0.45, unknown_rare=False)):
+        verdict = await between.judge(SPIN, passages, doubted)  # a rare unknown word; a names rule's decline
+        assert verdict is not None and verdict.change is None
+
+
 async def test_where_it_is_asked_it_reads_few_pairs_and_keeps_the_first_stages_order_within_its_margin(
     book: Book,
 ) -> None:

@@ -67,12 +67,18 @@ class Thresholds:
         if not self.decline_below < self.overturn_above or not 0.0 <= self.band_low < self.band_high <= 1.0:
             raise ValueError(f"second-opinion thresholds out of order: {self}")
 
+    @property
+    def midpoint(self) -> float:
+        """Halfway from ``decline_below`` to ``overturn_above``: over it, a decline on weak evidence alone is lifted."""
+        return (self.decline_below + self.overturn_above) / 2
+
     def describe(self) -> str:
         return (
             f"asked at confidence {self.band_low:.2f}-{self.band_high:.2f} where other evidence doubts the first "
             f"stage (confidence under {self.weak_below:.3f}, a rare word the book never uses, {ABSENT:.0%} of its "
             f"words absent from the book); declines below logit {self.decline_below:.2f} with that evidence, "
-            f"overturns a decline above {self.overturn_above:.2f}"
+            f"overturns a decline above {self.overturn_above:.2f} (above {self.midpoint:.2f} when only the passages' "
+            f"evidence was weak)"
         )
 
 
@@ -89,6 +95,12 @@ class Evidence:
         """Evidence other than the cross-encoder that the book may not answer."""
         return self.confidence < thresholds.weak_below or self.unknown_rare or self.absent >= ABSENT
 
+    @property
+    def only_weak(self) -> bool:
+        """The passages' evidence is weak and nothing else doubts: no names or terms rule lowered it, no rare word
+        the book never uses, most of the question's words in the book. The cross-encoder's midpoint decides."""
+        return self.unscaled < confidence.DECLINE and not self.unknown_rare and self.absent < ABSENT
+
 
 def plan(thresholds: Thresholds, evidence: Evidence) -> Plan:
     """``answer`` or ``decline`` where the first stage and the term evidence agree (no second opinion), else ``ask``:
@@ -96,7 +108,8 @@ def plan(thresholds: Thresholds, evidence: Evidence) -> Plan:
     - a first-stage answer is doubted only within the band and with other evidence (``Evidence.doubts``);
     - a decline the names / terms rules caused (the passages alone would have answered) is reconsidered, unless a
       rare word the book never uses says so and the passages themselves are weak;
-    - a decline the passages caused is reconsidered within the band."""
+    - a decline the passages caused is reconsidered within the band (``judge`` answers it above ``midpoint``
+      when nothing else doubts, above ``overturn_above`` otherwise)."""
     if evidence.confidence >= confidence.DECLINE:
         if evidence.confidence >= thresholds.band_high or not evidence.doubts(thresholds):
             return "answer"
@@ -240,6 +253,8 @@ class SecondOpinion:
             and best > t.overturn_above
             and (evidence.unscaled >= confidence.DECLINE or evidence.absent < ABSENT)
         ):
+            change = "answered"
+        elif declined and evidence.only_weak and best > t.midpoint:
             change = "answered"
         ms = round((time.perf_counter() - started) * 1000, 2)
         return Verdict(round(best, 3), change, lifted(scores), ms, read)
