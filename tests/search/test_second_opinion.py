@@ -182,7 +182,9 @@ async def test_a_decline_on_weak_passages_alone_is_answered_above_the_midpoint_a
     """Between its two logits the cross-encoder lifts only a decline that nothing but weak passages caused."""
     plain = await Retriever(book.index, book.embedder, book.calibration).retrieve(SPIN)
     passages = [(s.chunk_id, s.passage) for s in plain.candidates]
-    best = (await book.opinion.judge(SPIN, passages, Evidence(0.15, 0.15, unknown_rare=False))).score
+    first = await book.opinion.judge(SPIN, passages, Evidence(0.15, 0.15, unknown_rare=False))
+    assert first is not None
+    best = first.score
     between = SecondOpinion(book.opinion.encoder, Thresholds(decline_below=best - 6, overturn_above=best + 2))
     assert between.thresholds.midpoint < best < between.thresholds.overturn_above
     weak = await between.judge(SPIN, passages, Evidence(0.15, 0.15, unknown_rare=False))
