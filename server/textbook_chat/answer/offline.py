@@ -20,6 +20,7 @@ from textbook_chat.answer import compose, extract
 from textbook_chat.answer.generator import Finished, GenerationRequest, GenEvent, Token, Usage
 from textbook_chat.core.crossencoder import CrossEncoder, CrossEncoderUnavailable, available
 from textbook_chat.index import sparse
+from textbook_chat.search import context
 
 if TYPE_CHECKING:
     from textbook_chat.search.retrieval import Source
@@ -190,16 +191,11 @@ class _Plan:
         return len(self.to_read) > 1 or (not self.overlap and bool(self.to_read))
 
 
-SUBJECT_WEIGHT = 0.5  # a follow-up's subject, from its conversation, against the question's own words
-
-
 def _wanted(request: GenerationRequest) -> dict[str, float]:
-    """The keyword terms a unit is scored by: the question's own, and for a follow-up read in context the subject
-    its standalone form took (``search/context.py``) at SUBJECT_WEIGHT: what "how do I set it up?" is about."""
-    own = sparse.terms(request.question)
-    wanted = dict.fromkeys(sparse.terms(request.standalone or ""), SUBJECT_WEIGHT)
-    wanted.update(dict.fromkeys(own, 1.0))
-    return wanted
+    """The keyword terms a unit is scored by: the question's own, and for a follow-up read in context those of the
+    standalone form too, weighed as retrieval weighs them (``context.weighed``): what "how do I set it up?" is
+    about."""
+    return context.weighed(sparse.terms(request.question), sparse.terms(request.standalone or ""))
 
 
 def _code_instead(request: GenerationRequest) -> list[extract.Unit]:

@@ -99,11 +99,18 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
 
 
 def keywords(asked: Asked) -> sparse.Sparse:
-    """The keyword query of the reading in context: the question's own terms weigh 1 and the subject's it took
-    PRIOR_WEIGHT, as on the dense side (``blend``): the earlier subject steers, the question's words lead."""
-    weights = dict.fromkeys(sparse.bounded(sparse.terms(asked.subject)), PRIOR_WEIGHT)
-    weights.update(dict.fromkeys(sparse.bounded(sparse.terms(asked.question)), 1.0))
-    return sparse.query_vector_of(weights)
+    """The keyword query of the reading in context (``weighed``), as on the dense side (``blend``)."""
+    own, subject = (sparse.bounded(sparse.terms(text)) for text in (asked.question, asked.subject))
+    return sparse.query_vector_of(weighed(own, subject))
+
+
+def weighed(own: Sequence[str], subject: Sequence[str]) -> dict[str, float]:
+    """A follow-up's terms and their weights: its own weigh 1 and those of the subject it took PRIOR_WEIGHT (a
+    term in both is its own): the earlier subject steers, the question's words lead. Retrieval's keyword query
+    (``keywords``) and the offline answer's choice of units read them."""
+    weights = dict.fromkeys(subject, PRIOR_WEIGHT)
+    weights.update(dict.fromkeys(own, 1.0))
+    return weights
 
 
 def alone_weight(asked: Asked, alone: Sequence[Candidate], in_context: Sequence[Candidate]) -> float:
