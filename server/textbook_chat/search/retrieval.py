@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -261,13 +262,14 @@ class Retriever:
         seen = set().union(*(sparse.terms(f"{' '.join(s.heading_path)}\n{s.text}") for s in candidates))
         absent = 0
         for word in words:
-            if (
-                seen.isdisjoint(sparse.forms(word))
-                and not sparse.clipped(word, seen)
-                and not await self._mentioned(word)
-            ):
+            if not await self._uses(word, seen):
                 absent += 1
         return absent / len(words)
+
+    async def _uses(self, term: str, seen: AbstractSet[str]) -> bool:
+        """Whether the book uses ``term``: in the retrieved passages (``seen``, their terms), in one of its forms
+        or spelled out in full where ``term`` is a clipping of a word; else anywhere in the book."""
+        return not seen.isdisjoint(sparse.forms(term)) or sparse.clipped(term, seen) or await self._mentioned(term)
 
     async def _mentioned(self, term: str) -> bool:
         """Whether the book uses ``term`` or one of its forms anywhere."""
@@ -391,10 +393,8 @@ class Retriever:
         wanted = [*query.names, *(t for t in query.informative if t not in query.names)]
         if asked is not None and asked.in_context:
             wanted += [t for t in asked.own_terms if t not in wanted]
-        missing = [term for term in wanted if not any(term in c.terms or sparse.clipped(term, c.terms) for c in ranked)]
-        if not missing:
-            return ()
-        return tuple([name for name in missing if not await self._mentioned(name)])
+        seen = frozenset().union(*(c.terms for c in ranked))
+        return tuple([term for term in wanted if not await self._uses(term, seen)])
 
     # -- shared -----------------------------------------------------------------------------------
 
