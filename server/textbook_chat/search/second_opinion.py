@@ -88,7 +88,7 @@ class Evidence:
 
     confidence: float  # common scale, after the names / terms factor
     unscaled: float  # the same before it
-    unknown_rare: bool  # a specific term of the question (``sparse.specific``) that the book never uses
+    unknown_rare: bool  # a term of the question the book never uses that tells (``sparse.telling``)
     absent: float = 0.0  # the share of its content words the book never uses (``Retriever._absent_share``)
 
     def doubts(self, thresholds: Thresholds) -> bool:
