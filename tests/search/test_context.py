@@ -80,9 +80,9 @@ def test_fusion_ranks_what_both_readings_found_first_and_keeps_the_higher_releva
     assert {c.hit.id for c in fused} == {"install-ros", "gazebo-install", "gazebo-intro"}
 
 
-def test_the_reading_in_context_blends_the_earlier_questions_as_asked_with_no_new_text_to_embed() -> None:
-    """Its vector is made of vectors already computed: the question's own and the earlier questions' as asked
-    (in the query cache since they were asked), the last one and those it took context from."""
+def test_the_reading_in_context_blends_the_earlier_questions_as_asked() -> None:
+    """The earlier questions' vectors in its blend are those computed when they were asked (in the query cache):
+    the last one and those it took context from, as asked; only the question and its standalone form are new."""
     second = context.read("How do I install it?", GAZEBO)
     assert second.prior == ("What is Gazebo Harmonic?",)
     session = [*GAZEBO, Earlier(second.question, second.standalone)]
@@ -98,6 +98,16 @@ def test_the_blend_leans_to_the_question_and_keeps_the_earlier_subject() -> None
     assert abs(sum(x * x for x in blended) - 1.0) < 1e-9  # a unit vector, as the index's are
     assert blended[0] > blended[1] > 0.0 and blended[2] == 0.0
     assert context.blend(question, []) == question
+
+
+def test_the_standalone_forms_own_vector_leads_the_reading_in_context() -> None:
+    """Embedded, the standalone form reads the subject with the question's words, as a hand rewrite does: its
+    vector outweighs the blend of the question's and the earlier questions', which still steers."""
+    question, earlier, standalone = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]
+    reading = context.blend(question, [earlier], standalone)
+    assert abs(sum(x * x for x in reading) - 1.0) < 1e-9
+    assert reading[2] > reading[0] > reading[1] > 0.0
+    assert context.blend(question, [earlier], ()) == context.blend(question, [earlier])
 
 
 def test_the_reading_alone_weighs_by_how_well_the_book_answers_it_alone() -> None:

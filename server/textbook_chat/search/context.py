@@ -1,7 +1,7 @@
 """A question in its conversation, offline: how much of the earlier questions' subject it needs, the standalone
 form retrieval searches with (the question and the subject it took: historical query expansion, no model call),
-the dense vector of the reading in context (the question's, blended with the earlier questions' vectors, which
-were computed when they were asked: no new embedding), and the fusion of the two readings.
+the dense vector of the reading in context (the standalone form's own, steered by the question's blended with the
+earlier questions' vectors, which were computed when they were asked), and the fusion of the two readings.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ _RRF_K = 10  # reciprocal-rank fusion over the CANDIDATES of each reading
 EVIDENCE_POWER = 2  # how sharply the reading alone gains or loses weight with its evidence (``alone_weight``)
 PRIOR_WEIGHT = 0.5  # the earlier questions' vector in the reading in context, against the question's own 1.0
 PRIOR_QUESTIONS = 3  # at most this many earlier questions make it up: the last, and those it took context from
+STANDALONE_WEIGHT = 2.0  # the standalone form's own vector in the reading in context, against the blend's 1.0
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,13 @@ def alone_weight(asked: Asked, alone: Sequence[Candidate], in_context: Sequence[
     return min(CONTEXT_WEIGHT, asked.alone_weight * (best_alone / best_in_context) ** EVIDENCE_POWER)
 
 
-def blend(question: Sequence[float], prior: Sequence[Sequence[float]]) -> list[float]:
+def blend(question: Sequence[float], prior: Sequence[Sequence[float]], standalone: Sequence[float] = ()) -> list[float]:
     """The dense vector of the reading in context: the question's, plus PRIOR_WEIGHT of the earlier questions'
-    (``Asked.prior``, oldest first, each blended into the next the same way), normalised. The earlier questions'
-    vectors were computed when they were asked (the embedder's query cache holds them), so a follow-up costs no
-    embedding beyond its own: blending vectors stands in for embedding the standalone form."""
+    (``Asked.prior``, oldest first, each blended into the next the same way), normalised; then, where the standalone
+    form was embedded, STANDALONE_WEIGHT of its vector added, normalised again. The earlier questions' vectors were
+    computed when they were asked (the embedder's query cache holds them); the standalone form's is computed beside
+    the question's own. The embedded standalone form reads the subject with the question's words, as a hand rewrite
+    does; the blend keeps the earlier questions' wording, which a subject of a few salient words loses."""
     blended: np.ndarray | None = None
     for vector in (*prior, question):
         current = np.asarray(vector, dtype=np.float64)
@@ -136,6 +139,9 @@ def blend(question: Sequence[float], prior: Sequence[Sequence[float]]) -> list[f
             current = current + PRIOR_WEIGHT * blended
         blended = current / (np.linalg.norm(current) or 1.0)
     assert blended is not None
+    if len(standalone):
+        blended = blended + STANDALONE_WEIGHT * np.asarray(standalone, dtype=np.float64)
+        blended = blended / (np.linalg.norm(blended) or 1.0)
     return [float(x) for x in blended]
 
 

@@ -1,6 +1,7 @@
 """A question's readings and their search: the question as asked and, when it takes context (``context.py``),
-in context (its vector blended with the earlier questions', the subject's terms at half weight); each searched
-and the two ranked lists fused (``context.fuse``). A first question is read, and searched, once.
+in context (the standalone form's vector with the question's blended with the earlier questions', the subject's
+terms at half weight); each searched and the two ranked lists fused (``context.fuse``). A first question is read,
+and searched, once.
 """
 
 from __future__ import annotations
@@ -31,15 +32,17 @@ class FollowUps:
         self._search = search
 
     async def readings(self, asked: Asked) -> list[Reading]:
-        """The question as asked, and in context when it takes context: its vector blended with the earlier
-        questions' (``context.blend``: cached since they were asked) and the standalone form's terms, the subject's
-        weighing less (``context.keywords``). A fallback's first pass (``Asked.fallback``) is the question alone."""
+        """The question as asked, and in context when it takes context: the standalone form's vector with the
+        question's blended with the earlier questions' (``context.blend``; theirs cached since they were asked, the
+        two new ones embedded side by side) and the standalone form's terms, the subject's weighing less
+        (``context.keywords``). A fallback's first pass (``Asked.fallback``) is the question alone."""
         if not asked.in_context:
             return [(await self.embedder.embed_query(asked.question), Query(asked.question))]
         assert asked.standalone is not None
-        alone, *prior = await asyncio.gather(*(self.embedder.embed_query(t) for t in (asked.question, *asked.prior)))
+        texts = (asked.question, asked.standalone, *asked.prior)
+        alone, standalone, *prior = await asyncio.gather(*(self.embedder.embed_query(t) for t in texts))
         in_context = Query(asked.standalone, context.keywords(asked))
-        return [(alone, Query(asked.question)), (context.blend(alone, prior), in_context)]
+        return [(alone, Query(asked.question)), (context.blend(alone, prior, standalone), in_context)]
 
     async def search(self, readings: Sequence[Reading], asked: Asked, module: str | None) -> list[Candidate]:
         """Each reading searched (``Retriever._search``), and fused (``context.fuse``) when there are two."""
