@@ -25,8 +25,9 @@ _ELLIPSIS = re.compile(r"^\s*(?:and|or|but|also|so|what about|how about|same for
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\-/]*[A-Za-z0-9+]|[A-Za-z0-9]")
 SUBJECT_WORDS = 8  # the subject carried forward: at most this many words, the newest first
 CONTEXT_WEIGHT = 1.0  # a question pointing back: its reading in context counts fully in the fusion, and its
-ALONE_WEIGHT = 0.25  # own words this much for each content term (and the base), up to the same weight: the more
-# it says of its own, the more it may have moved on ("what does the Module 3 assignment ask me to build with it?")
+ALONE_WEIGHT = 0.15  # own words this much for each content term (and the base), up to the same weight: the more
+# it says of its own, the more it may have moved on ("what does the Module 3 assignment ask me to build with it?");
+# the reading in context holds its words too (the standalone form is embedded), so alone they need less weight
 PARTIAL_WEIGHT = 1.0  # a fallback: both readings count alike
 ANSWER_NAMES = 3  # names of the last answer carried forward, after the subject of the question before
 ANSWER_NAME_MIN = 2  # ... each named at least this often in it
