@@ -173,7 +173,7 @@ class Retriever:
                 in_context = await self._textbook(fallback, module)
                 if in_context.confidence > result.confidence:
                     result, asked = in_context, fallback
-            result = await self._reconsider(asked.standalone or question, result)
+            result = await self._reconsider(question, result, standalone=asked.standalone)
             result = replace(result, standalone=asked.standalone if asked.in_context else None)
         return replace(result, timings_ms={"retrieval": round((time.perf_counter() - started) * 1000, 2)})
 
@@ -203,9 +203,11 @@ class Retriever:
 
     # -- the second opinion -----------------------------------------------------------------------
 
-    async def _reconsider(self, question: str, result: Retrieval) -> Retrieval:
-        """Where the first stage and the term evidence disagree, ask the cross-encoder about ``question`` (the text
-        it judges: a follow-up's standalone form, where there is one); apply what it says (``second_opinion.py``)."""
+    async def _reconsider(self, question: str, result: Retrieval, *, standalone: str | None = None) -> Retrieval:
+        """Where the first stage and the term evidence disagree, ask the cross-encoder about the question (a
+        follow-up's ``standalone`` form, where there is one: the subject it took is what the passages are read
+        for); apply what it says (``second_opinion.py``). The words the book never uses are counted in the question
+        as asked: the subject a follow-up took from the conversation is the book's by construction."""
         opinion = self.second_opinion
         if opinion is None or not result.candidates:
             return result
@@ -219,7 +221,8 @@ class Retriever:
         evidence = replace(evidence, absent=await self._absent_share(question, result.candidates))
         if plan(opinion.thresholds, evidence) != "ask":
             return result
-        verdict = await opinion.judge(question, [(s.chunk_id, s.passage) for s in result.candidates], evidence)
+        passages = [(s.chunk_id, s.passage) for s in result.candidates]
+        verdict = await opinion.judge(standalone or question, passages, evidence)
         if verdict is None:
             return result
         metrics.SECOND_OPINIONS.labels(verdict.change or "kept").inc()
