@@ -51,6 +51,10 @@ ABSENT = 0.5
 # First-stage confidence (common scale) under which it is evidence for a decline: the lowest quarter of the "low"
 # level. Paraphrases the book answers sat at 0.23-0.30 on the fetched book, where the cross-encoder read them low.
 WEAK = confidence.DECLINE + (confidence.LOW - confidence.DECLINE) / 4
+# ... but only beside this share of the question's content words absent from the book: weak passages and a low
+# logit are both the passages' relevance. Readers' paraphrases the two unseen books answer, declined on weak
+# passages and a logit of -10, had 0.08 and 0.29 absent; questions about other subjects there 0.4-0.75.
+WEAK_ABSENT = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,9 @@ class Thresholds:
     def describe(self) -> str:
         return (
             f"asked at confidence {self.band_low:.2f}-{self.band_high:.2f} where other evidence doubts the first "
-            f"stage (confidence under {self.weak_below:.3f}, a rare word the book never uses, {ABSENT:.0%} of its "
-            f"words absent from the book); declines below logit {self.decline_below:.2f} with that evidence, "
+            f"stage (a rare word the book never uses, {ABSENT:.0%} of its words absent from the book, or "
+            f"{WEAK_ABSENT:.0%} with confidence under {self.weak_below:.3f}); declines below logit "
+            f"{self.decline_below:.2f} with that evidence, "
             f"overturns a decline above {self.overturn_above:.2f} (above {self.midpoint:.2f} when only the passages' "
             f"evidence was weak)"
         )
@@ -92,8 +97,11 @@ class Evidence:
     absent: float = 0.0  # the share of its content words the book never uses (``Retriever._absent_share``)
 
     def doubts(self, thresholds: Thresholds) -> bool:
-        """Evidence other than the cross-encoder that the book may not answer."""
-        return self.confidence < thresholds.weak_below or self.unknown_rare or self.absent >= ABSENT
+        """Evidence other than the cross-encoder that the book may not answer: about the question's words, since
+        weak passages alone are what the cross-encoder reads again (the two would be one signal counted twice);
+        weak passages count with a third of the question's words absent from the book (``WEAK_ABSENT``)."""
+        weak = self.confidence < thresholds.weak_below and self.absent >= WEAK_ABSENT
+        return weak or self.unknown_rare or self.absent >= ABSENT
 
     @property
     def only_weak(self) -> bool:
