@@ -94,6 +94,8 @@ def test_it_lifts_a_passage_only_by_a_reliable_margin(scores: list[float | None]
         ([-9.0, None, None], False, False),  # ... but a decline needs every pair read low
         ([-9.0, -9.5, -8.0], False, False),  # all low: the caller has read its pairs and may decline
         ([-9.0, -2.0, None], False, True),  # the second passage saves the answer
+        ([-10.0, -9.5, None], False, True),  # two far below the decline logit: the third is not read
+        ([-10.0, -8.5, None], False, False),  # ... one within the margin: the third may save it
         ([2.0, None, None], True, True),  # a decline: the best passage clearly answers
         ([-9.0, None, None], True, True),  # ... the best passage clearly does not: the two stages agree
         ([-3.0, None, None], True, False),  # ... in between: the next passages may answer

@@ -32,6 +32,10 @@ Plan = Literal["answer", "decline", "ask"]
 # 64 pieces of 40 words lost a right answer (docs/evaluation.md "The second opinion").
 MAX_TOKENS = 80
 NEAREST_WORDS = 50  # the passage's words read, heading path aside
+# On an answer, two pairs read more than this below the decline logit settle it: the third is not read. On the four
+# books' question and conversation sets the third pair changed no decision then; it did within the margin ("how do
+# I check mine for errors?" asked alone: -6.6 and -8, saved by a third at -5.4 on a book declining below -6).
+CLEARLY_OFF = 2.0
 MAX_PAIRS = 3  # on the three books' sets the 4th and 5th passages never changed a decision or an order
 CACHE_SIZE = 4096  # (question, chunk) scores kept: a panel's suggested questions repeat
 # The band, on the common confidence scale (so in raw evidence it is each book's own): from halfway below the
@@ -162,15 +166,17 @@ def nearest(question: str, passage: str, words: int = NEAREST_WORDS) -> str:
 
 def settled(scores: Sequence[float | None], *, declined: bool, thresholds: Thresholds) -> bool:
     """Whether the pairs read so far (``None``: not read) decide the question, whatever the rest would say: a
-    passage answers clearly; or, on an answer, one passage is not clearly off (a decline needs every pair read low);
-    or, on a decline, the first stage's best passage clearly does not answer (the two stages agree)."""
+    passage answers clearly; or, on an answer, one passage is not clearly off (a decline needs every pair read low),
+    or two are far below the decline logit (``CLEARLY_OFF``); or, on a decline, the first stage's best passage
+    clearly does not answer (the two stages agree)."""
     known = [s for s in scores if s is not None]
     if not known:
         return False
     if max(known) > thresholds.overturn_above:
         return True
     if not declined:
-        return max(known) >= thresholds.decline_below
+        clearly_off = len(known) >= 2 and max(known) < thresholds.decline_below - CLEARLY_OFF
+        return clearly_off or max(known) >= thresholds.decline_below
     return scores[0] is not None and scores[0] < thresholds.decline_below
 
 
