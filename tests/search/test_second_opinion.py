@@ -23,6 +23,7 @@ from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.search import calibration, confidence
 from textbook_chat.search.calibration import Derived
 from textbook_chat.search.confidence import Calibration
+from textbook_chat.search.context import Earlier
 from textbook_chat.search.retrieval import Retriever
 from textbook_chat.search.second_opinion import (
     LIFT_MARGIN,
@@ -167,8 +168,6 @@ async def test_it_declines_an_answer_whose_passages_do_not_answer(book: Book) ->
 async def test_a_follow_up_on_another_subject_is_judged_by_its_own_words_not_the_subject_it_took(book: Book) -> None:
     """ "last" points back, so the question is read with the earlier subject ("ROS 2 action"), whose words the book
     uses: counted in the standalone form, the absent words would fall under a third and nothing would doubt it."""
-    from textbook_chat.search.context import Earlier
-
     retriever = Retriever(book.index, book.embedder, book.calibration, book.opinion)
     earlier = [Earlier("What is a ROS 2 action?")]
     result = await retriever.retrieve("Who won the last football World Cup?", earlier=earlier)
