@@ -151,11 +151,11 @@ class ExtractiveGenerator:
             ]
         ranked = [u for u in sorted(candidates, key=lambda u: u.score, reverse=True) if u.score > 0]
         if ranked:
-            return _Plan(ranked, ranked[:CROSS_ENCODER_UNITS], overlap=True)
+            return _Plan(ranked, ranked[:CROSS_ENCODER_UNITS], overlap=True, wanted=wanted)
         # Nothing in common with the question: the cross-encoder may still find an answer among each source's
         # opening units (a paraphrase); keyword overlap alone has nothing to offer.
         firsts = {u.n: u for u in reversed(candidates)}
-        return _Plan([], [firsts[n] for n in sorted(firsts, key=lambda n: n or 0)], overlap=False)
+        return _Plan([], [firsts[n] for n in sorted(firsts, key=lambda n: n or 0)], overlap=False, wanted=wanted)
 
     def _finish(self, request: GenerationRequest, plan: _Plan, scores: Sequence[float] | None) -> str:
         budget = compose.BUDGETS[compose.shape(request.question)]
@@ -172,7 +172,7 @@ class ExtractiveGenerator:
                 return "The selected text does not seem to answer this question; try asking about the whole book."
             return "From the selected text: " + compose.render(compose.order(chosen))
         if not chosen:
-            chosen = _code_instead(request)
+            chosen = _code_instead(request, plan.wanted)
         if not chosen:
             best = request.sources[0]
             return f"The closest passage is in “{' › '.join(best.heading_path) or best.title}” [{best.n}]."
@@ -184,6 +184,7 @@ class _Plan:
     eligible: list[extract.Unit]  # the units sharing a keyword with the question, best first
     to_read: list[extract.Unit]  # those the cross-encoder reads (the first of ``eligible``)
     overlap: bool  # False: nothing shares a keyword; ``to_read`` is each source's opening unit
+    wanted: dict[str, float]  # the terms the units were scored by, and their weights (``_wanted``)
 
     @property
     def worth_reading(self) -> bool:
@@ -198,9 +199,9 @@ def _wanted(request: GenerationRequest) -> dict[str, float]:
     return context.weighed(sparse.terms(request.question), sparse.terms(request.standalone or ""))
 
 
-def _code_instead(request: GenerationRequest) -> list[extract.Unit]:
-    """No sentence answers: the teaching sources' code block sharing most with the question, under its heading."""
-    wanted = _wanted(request)
+def _code_instead(request: GenerationRequest, wanted: Mapping[str, float]) -> list[extract.Unit]:
+    """No sentence answers: the teaching sources' code block sharing most with the question (``wanted``: the terms
+    its units were scored by), under its heading."""
     codes = [
         _lexical(u, wanted)
         for source in request.sources
