@@ -240,9 +240,13 @@ def names(text: str) -> list[str]:
     return found
 
 
+_OPENERS = " \t\"'(“‘*_-+>#"  # what may stand between a sentence's or a line's start and its first word
+
+
 def _starts_sentence(text: str, start: int) -> bool:
-    """Whether a word opens a sentence ("… AI? Thanks!"), where capitals are grammar, not a name."""
-    before = text[max(0, start - 64) : start].rstrip(" \t\"'(")  # a bounded look back: linear in the question
+    """Whether a word opens a sentence ("… AI? Thanks!") or a line's list item or quotation ("- Set gravity",
+    "“Setup”" in an answer a follow-up reads), where capitals are grammar, not a name."""
+    before = text[max(0, start - 64) : start].rstrip(_OPENERS)  # a bounded look back: linear in the question
     return not before or before[-1] in ".!?:;\n"
 
 
