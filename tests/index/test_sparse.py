@@ -63,6 +63,8 @@ def test_stopwords_and_single_letters_are_dropped_and_plurals_folded() -> None:
         ("How does the scan operator keep a running total?", ["scan"]),  # a word named by its kind in code
         ("Which flags does the chmod command take?", ["chmod"]),
         ("What does the main function do, and is it the best method?", []),  # what kind of question, not a name
+        ("Steps:\n- Set gravity\n- Simple worlds in Gazebo", ["gazebo"]),  # a list item's first word is grammar
+        ("Steps:\n\n“Setup” comes first.", []),  # ... and a line's opening quotation
     ],
 )
 def test_names_are_identifiers_and_capitalised_words_after_the_first(question: str, expected: list[str]) -> None:

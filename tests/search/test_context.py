@@ -131,3 +131,14 @@ def test_the_keyword_query_in_context_weighs_the_subject_it_took_below_the_quest
     weight = dict(zip(query.indices, query.values, strict=True))
     install, gazebo = (sparse.term_index(t) for t in ("install", "gazebo"))
     assert weight[install] == 1.0 and weight[gazebo] == context.PRIOR_WEIGHT < 1.0
+
+
+def test_the_last_answers_names_add_what_the_subject_lacks() -> None:
+    """"The other one" may point into the last answer: its names used at least twice join the subject, unless the
+    subject already holds them or all of their words ("ROS/ROS" after "Isaac ROS")."""
+    answer = (
+        "Isaac ROS extends the ROS/ROS 2 ecosystem [1]. Bridges connect the ROS/ROS 2 world to CUDA, and CUDA "
+        "kernels run on the Jetson; the Jetson Orin is the usual target [2].\n- Setup first\n- Setup again"
+    )
+    asked = context.read("How do I set it up?", [Earlier("What is Isaac ROS?", answer=answer)])
+    assert asked.subject == "Isaac ROS CUDA Jetson"

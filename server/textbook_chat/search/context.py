@@ -194,7 +194,8 @@ def _answer_names(answer: str, *, exclude: Sequence[str]) -> str:
     spelled: dict[str, str] = {}
     skip = set(exclude)
     for name in sparse.names(_MARKERS.sub(" ", answer)):
-        if name not in skip:
+        parts = set(sparse.terms(name)[1:])  # a compound's words: "ROS/ROS" after "ROS" adds nothing
+        if name not in skip and not (parts and parts <= skip):
             counts[name] = 0
     for word in _WORD.findall(answer):
         key = word.lower()
