@@ -134,7 +134,7 @@ def test_the_keyword_query_in_context_weighs_the_subject_it_took_below_the_quest
 
 
 def test_the_last_answers_names_add_what_the_subject_lacks() -> None:
-    """"The other one" may point into the last answer: its names used at least twice join the subject, unless the
+    """ "The other one" may point into the last answer: its names used at least twice join the subject, unless the
     subject already holds them or all of their words ("ROS/ROS" after "Isaac ROS")."""
     answer = (
         "Isaac ROS extends the ROS/ROS 2 ecosystem [1]. Bridges connect the ROS/ROS 2 world to CUDA, and CUDA "
@@ -142,3 +142,15 @@ def test_the_last_answers_names_add_what_the_subject_lacks() -> None:
     )
     asked = context.read("How do I set it up?", [Earlier("What is Isaac ROS?", answer=answer)])
     assert asked.subject == "Isaac ROS CUDA Jetson"
+
+
+def test_words_that_point_back_are_never_the_subject() -> None:
+    """ "Which ones are notable?" took its subject from the question before; the question after it takes that
+    subject and the second question's own words, not the "ones" that pointed back."""
+    first = [Earlier("What is a vision-language-action model?")]
+    second = context.read("Which ones are notable?", first)
+    third = context.read(
+        "Where do they sit in the software stack?", [*first, Earlier(second.question, second.standalone)]
+    )
+    assert third.subject == "notable vision-language-action model"
+    assert context.read("How do I check mine for errors?", [Earlier("What is URDF?")]).in_context  # "mine" points

@@ -18,7 +18,8 @@ from textbook_chat.search.rerank import Candidate
 # Words that point back at something said before: a question holding one reads its subject from the conversation.
 _POINTING = frozenset(
     """it its it's itself they them their theirs themselves this that these those one ones former latter other
-    others another second first third last previous above same such then he she him her""".split()
+    others another second first third last previous above same such then he she him her his hers mine yours
+    ours""".split()
 )
 # Openings of an ellipsis: "and its limits?", "what about actions?", "or the other way round?"
 _ELLIPSIS = re.compile(r"^\s*(?:and|or|but|also|so|what about|how about|same for|and what about)\b", re.I)
@@ -216,7 +217,7 @@ def _subject(text: str, *, exclude: Sequence[str]) -> str:
     for word in _WORD.findall(text):
         parts = sparse.terms(word)
         key = word.lower()
-        if key in seen:
+        if key in seen or key in _POINTING:  # "ones", "mine", "second" point at the subject; they are not it
             continue
         if any(p in wanted for p in parts) or (word.isdigit() and words):
             words.append(word)
