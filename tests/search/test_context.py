@@ -59,6 +59,21 @@ def test_the_subject_carries_through_a_third_turn_from_the_standalone_form_befor
     assert third.standalone is not None and "Gazebo Harmonic" in third.standalone and "install" in third.standalone
 
 
+def test_the_best_passage_of_the_question_alone_keeps_a_place_among_the_sources() -> None:
+    """Where the earlier subject outweighs the question's own words (it moved to another page), what the words
+    alone found best is still among the sources kept: last, unless the fusion ranked it higher."""
+
+    def candidate(point: str) -> Candidate:
+        return Candidate(Hit(id=point, fused_score=0.0, dense_score=0.5, payload={}), 0.5, 0.5)
+
+    asked = context.read("If that number is low, how do I make their first days smoother?", [Earlier("What is churn?")])
+    alone = [candidate("onboarding"), *(candidate(f"churn-{i}") for i in range(5, 9))]
+    in_context = [candidate(f"churn-{i}") for i in range(8)]
+    fused = [c.hit.id for c in context.fuse(alone, in_context, asked, keep=5)]
+    assert fused[:5] == ["churn-5", "churn-6", "churn-7", "churn-0", "onboarding"]
+    assert len(fused) == 10  # nothing dropped
+
+
 def test_the_subject_carried_forward_is_bounded_and_newest_first() -> None:
     long = Earlier("How do simulators model contact friction damping stiffness restitution and solver iterations?")
     asked = context.read("Why does it matter?", [long])
@@ -74,7 +89,7 @@ def test_fusion_ranks_what_both_readings_found_first_and_keeps_the_higher_releva
     alone = [candidate("install-ros", 0.6), candidate("gazebo-install", 0.4)]
     in_context = [candidate("gazebo-install", 0.7), candidate("gazebo-intro", 0.65)]
     asked = context.read("How do I install it?", GAZEBO)
-    fused = context.fuse(alone, in_context, asked)
+    fused = context.fuse(alone, in_context, asked, keep=5)
     assert [c.hit.id for c in fused][0] == "gazebo-install"
     assert fused[0].relevance == 0.7
     assert {c.hit.id for c in fused} == {"install-ros", "gazebo-install", "gazebo-intro"}

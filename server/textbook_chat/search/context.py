@@ -147,10 +147,15 @@ def blend(question: Sequence[float], prior: Sequence[Sequence[float]], standalon
     return [float(x) for x in blended]
 
 
-def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Asked) -> list[Candidate]:
+def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Asked, *, keep: int) -> list[Candidate]:
     """The two readings' ranked candidates in one list, by weighted reciprocal-rank fusion; a passage found by
     both keeps the higher relevance (what confidence reads). The reading alone weighs by what the question says
-    of its own (``Asked.alone_weight``) and by the book's evidence for it (``alone_weight``)."""
+    of its own (``Asked.alone_weight``) and by the book's evidence for it (``alone_weight``).
+
+    Its best passage keeps a place among the first ``keep`` (the sources retrieval keeps), the last if the fusion
+    ranked it lower: where the earlier subject outweighs the question's own words (a follow-up that moved to
+    another page, "if that number is low, how do I make their first days smoother?"), what the words alone found
+    best is still read."""
     fused: dict[str, Candidate] = {}
     score: dict[str, float] = {}
     for weight, ranked in ((alone_weight(asked, alone, in_context), alone), (asked.context_weight, in_context)):
@@ -161,6 +166,9 @@ def fuse(alone: Sequence[Candidate], in_context: Sequence[Candidate], asked: Ask
             if kept is None or candidate.relevance > kept.relevance:
                 fused[key] = candidate
     ordered = sorted(fused, key=lambda key: -score[key])
+    if alone and alone[0].hit.id not in ordered[:keep]:
+        ordered.remove(alone[0].hit.id)
+        ordered.insert(keep - 1, alone[0].hit.id)
     return [replace(fused[key], rank_score=round(score[key], 6)) for key in ordered]
 
 

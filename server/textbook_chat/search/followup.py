@@ -27,9 +27,10 @@ class Search(Protocol):
 class FollowUps:
     """The readings of a question, and their fused search."""
 
-    def __init__(self, embedder: Embedder, search: Search) -> None:
+    def __init__(self, embedder: Embedder, search: Search, *, keep: int) -> None:
         self.embedder = embedder
         self._search = search
+        self._keep = keep  # the sources retrieval keeps: the reading alone's best is always among them
 
     async def readings(self, asked: Asked) -> list[Reading]:
         """The question as asked, and in context when it takes context: the standalone form's vector with the
@@ -47,4 +48,4 @@ class FollowUps:
     async def search(self, readings: Sequence[Reading], asked: Asked, module: str | None) -> list[Candidate]:
         """Each reading searched (``Retriever._search``), and fused (``context.fuse``) when there are two."""
         ranked = [await self._search(dense, query, module) for dense, query in readings]
-        return ranked[0] if len(ranked) == 1 else context.fuse(ranked[0], ranked[1], asked)
+        return ranked[0] if len(ranked) == 1 else context.fuse(ranked[0], ranked[1], asked, keep=self._keep)

@@ -149,7 +149,7 @@ class Retriever:
         self.calibration = calibration or confidence.CALIBRATIONS[embedder.name]
         self.second_opinion = second_opinion
         self._terms: dict[tuple[str, str], frozenset[str]] = {}
-        self.follow_ups = FollowUps(embedder, self._search)
+        self.follow_ups = FollowUps(embedder, self._search, keep=TOP_K)
 
     async def retrieve(
         self,
