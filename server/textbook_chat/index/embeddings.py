@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from textbook_chat.core import onnx_minilm
+from textbook_chat.core import cpus, onnx_minilm
 from textbook_chat.core.errors import RetrievalUnavailable
 from textbook_chat.core.settings import Settings
 from textbook_chat.core.tokens import TokenCounter, counter_for_model, local_counter, wordpiece_tokenizer
@@ -186,7 +186,7 @@ class LocalEmbedder:
             self._cache.move_to_end(text)
             return cached.tolist()  # type: ignore[no-any-return]
         if self._query_executor is None:
-            self._query_executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="minilm-q")
+            self._query_executor = ThreadPoolExecutor(max_workers=cpus.usable(), thread_name_prefix="minilm-q")
         vectors = await asyncio.get_running_loop().run_in_executor(
             self._query_executor, functools.partial(self.embed, [text], role="query")
         )
@@ -277,7 +277,7 @@ def _session(graph: Path, role: Role) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = (os.cpu_count() or 1) if role == "batch" else 1
+    options.intra_op_num_threads = cpus.usable() if role == "batch" else 1
     options.inter_op_num_threads = 1
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     # onnxruntime's CPU arena keeps the peak of the largest batch for the life of its session (about
