@@ -111,6 +111,12 @@ def test_it_stops_reading_pairs_once_the_rest_cannot_change_the_decision(
     assert settled(scores, declined=declined, thresholds=thresholds) is expected
 
 
+def test_an_answer_naming_a_rare_thing_the_book_never_mentions_is_settled_only_by_a_passage_that_answers() -> None:
+    thresholds = Thresholds(decline_below=-7.0, overturn_above=1.0)
+    for scores, expected in (([-6.0, None, None], False), ([-6.0, -2.0, -3.0], False), ([-6.0, 2.0, None], True)):
+        assert settled(scores, declined=False, thresholds=thresholds, confirming=True) is expected
+
+
 def test_a_pair_holds_the_passages_sentences_nearest_the_question() -> None:
     passage = (
         "Walking > Balance\nRobots walk on two legs. Many people find this impressive.\n"
@@ -217,6 +223,29 @@ async def test_a_decline_on_weak_passages_alone_is_answered_above_the_midpoint_a
     for doubted in (Evidence(0.15, 0.15, unknown_rare=True), Evidence(0.15, 0.45, unknown_rare=False)):
         verdict = await between.judge(SPIN, passages, doubted)  # a rare unknown word; a names rule's decline
         assert verdict is not None and verdict.change is None
+
+
+async def test_an_answer_naming_a_rare_thing_the_book_never_mentions_needs_a_passage_that_answers(book: Book) -> None:
+    """Between its two logits the cross-encoder keeps an answer it doubts, unless the question names a rare thing the
+    book never mentions ("How do MobX observables compare with RxJS?"): passages about its neighbours are not about
+    it, so the answer stands only above the logit that says a passage answers."""
+    plain = await Retriever(book.index, book.embedder, book.calibration).retrieve(SPIN)
+    passages = [(s.chunk_id, s.passage) for s in plain.candidates]
+    first = await book.opinion.judge(SPIN, passages, Evidence(0.3, 0.3, unknown_rare=True))
+    assert first is not None
+    between = SecondOpinion(
+        book.opinion.encoder, Thresholds(decline_below=first.score - 6, overturn_above=first.score + 2)
+    )
+    doubted = await between.judge(SPIN, passages, Evidence(0.3, 0.3, unknown_rare=True))
+    assert doubted is not None and doubted.change is None  # a rare word alone: kept between the two logits
+    named = Evidence(0.3, 0.3, unknown_rare=True, unknown_rare_name=True)
+    unconfirmed = await between.judge(SPIN, passages, named)
+    assert unconfirmed is not None and unconfirmed.change == "declined"
+    answers = SecondOpinion(
+        book.opinion.encoder, Thresholds(decline_below=first.score - 8, overturn_above=first.score - 1)
+    )
+    confirmed = await answers.judge(SPIN, passages, named)
+    assert confirmed is not None and confirmed.change is None
 
 
 async def test_where_it_is_asked_it_reads_few_pairs_and_keeps_the_first_stages_order_within_its_margin(

@@ -215,6 +215,9 @@ class Retriever:
             confidence=result.confidence,
             unscaled=result.unscaled,
             unknown_rare=any(sparse.telling(t) for t in result.unknown_terms),
+            unknown_rare_name=bool(
+                set(sparse.names(question)) & {t for t in result.unknown_terms if sparse.telling(t)}
+            ),
         )
         if plan(opinion.thresholds, replace(evidence, absent=1.0)) != "ask":
             return result  # whatever the book's vocabulary says: no need to look it up

@@ -85,7 +85,8 @@ class Thresholds:
             f"asked at confidence {self.band_low:.2f}-{self.band_high:.2f} where other evidence doubts the first "
             f"stage (a rare word the book never uses, {ABSENT:.0%} of its words absent from the book, or "
             f"{WEAK_ABSENT:.0%} with confidence under {self.weak_below:.3f}); declines below logit "
-            f"{self.decline_below:.2f} with that evidence, "
+            f"{self.decline_below:.2f} with that evidence (not above {self.overturn_above:.2f} where the question "
+            f"names a rare thing the book never mentions), "
             f"overturns a decline above {self.overturn_above:.2f} (above {self.midpoint:.2f} when only the passages' "
             f"evidence was weak)"
         )
@@ -99,6 +100,9 @@ class Evidence:
     unscaled: float  # the same before it
     unknown_rare: bool  # a term of the question the book never uses that tells (``sparse.telling``)
     absent: float = 0.0  # the share of its content words the book never uses (``Retriever._absent_share``)
+    # It names a thing rare in English that the book never mentions (a product, a tool, an API: "MobX", "toSignal"):
+    # the passages about its neighbours are not about it, so an answer stands only where one of them answers.
+    unknown_rare_name: bool = False
 
     def doubts(self, thresholds: Thresholds) -> bool:
         """Evidence other than the cross-encoder that the book may not answer: about the question's words, since
@@ -164,16 +168,21 @@ def nearest(question: str, passage: str, words: int = NEAREST_WORDS) -> str:
     return f"{heading}\n{' '.join(body.split()[:words])}"
 
 
-def settled(scores: Sequence[float | None], *, declined: bool, thresholds: Thresholds) -> bool:
+def settled(
+    scores: Sequence[float | None], *, declined: bool, thresholds: Thresholds, confirming: bool = False
+) -> bool:
     """Whether the pairs read so far (``None``: not read) decide the question, whatever the rest would say: a
     passage answers clearly; or, on an answer, one passage is not clearly off (a decline needs every pair read low),
     or two are far below the decline logit (``CLEARLY_OFF``); or, on a decline, the first stage's best passage
-    clearly does not answer (the two stages agree)."""
+    clearly does not answer (the two stages agree). An answer that must be ``confirming``ed (it names a rare thing
+    the book never mentions) is settled only by a passage that answers clearly."""
     known = [s for s in scores if s is not None]
     if not known:
         return False
     if max(known) > thresholds.overturn_above:
         return True
+    if confirming and not declined:
+        return False
     if not declined:
         clearly_off = len(known) >= 2 and max(known) < thresholds.decline_below - CLEARLY_OFF
         return clearly_off or max(known) >= thresholds.decline_below
@@ -193,6 +202,11 @@ def lifted(scores: Sequence[float | None], margin: float = LIFT_MARGIN) -> tuple
             order[j - 1], order[j] = order[j], order[j - 1]
             j -= 1
     return tuple(order)
+
+
+def _unconfirmed(best: float, evidence: Evidence, thresholds: Thresholds) -> bool:
+    """An answer naming a rare thing the book never mentions, with no passage the cross-encoder says answers."""
+    return evidence.unknown_rare_name and best <= thresholds.overturn_above
 
 
 class SecondOpinion:
@@ -248,7 +262,7 @@ class SecondOpinion:
         scores: list[float | None] = [self._cache.get((key, chunk)) for chunk, _ in passages]
         read = 0
         for i in range(min(MAX_PAIRS, len(passages))):
-            if settled(scores, declined=declined, thresholds=t):
+            if settled(scores, declined=declined, thresholds=t, confirming=evidence.unknown_rare_name):
                 break
             if scores[i] is not None:
                 continue
@@ -260,7 +274,7 @@ class SecondOpinion:
             self._remember((key, passages[i][0]), found[0])
         best = max(s for s in scores if s is not None)
         change: Change | None = None
-        if not declined and best < t.decline_below and evidence.doubts(t):
+        if not declined and evidence.doubts(t) and (best < t.decline_below or _unconfirmed(best, evidence, t)):
             change = "declined"
         elif (
             declined
