@@ -174,8 +174,8 @@ def settled(
     """Whether the pairs read so far (``None``: not read) decide the question, whatever the rest would say: a
     passage answers clearly; or, on an answer, one passage is not clearly off (a decline needs every pair read low),
     or two are far below the decline logit (``CLEARLY_OFF``); or, on a decline, the first stage's best passage
-    clearly does not answer (the two stages agree). An answer that must be ``confirming``ed (it names a rare thing
-    the book never mentions) is settled only by a passage that answers clearly."""
+    clearly does not answer (the two stages agree). An answer ``confirming`` (its question names a rare thing the
+    book never mentions) is settled only by a passage that answers clearly."""
     known = [s for s in scores if s is not None]
     if not known:
         return False
