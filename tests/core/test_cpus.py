@@ -23,5 +23,5 @@ def test_a_process_pinned_to_one_core_counts_one() -> None:
 
 
 def test_an_unpinned_process_counts_the_cores_it_may_run_on() -> None:
-    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     assert cpus.usable() == expected >= 1
