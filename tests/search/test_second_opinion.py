@@ -231,19 +231,17 @@ async def test_an_answer_naming_a_rare_thing_the_book_never_mentions_needs_a_pas
     it, so the answer stands only above the logit that says a passage answers."""
     plain = await Retriever(book.index, book.embedder, book.calibration).retrieve(SPIN)
     passages = [(s.chunk_id, s.passage) for s in plain.candidates]
-    first = await book.opinion.judge(SPIN, passages, Evidence(0.3, 0.3, unknown_rare=True))
-    assert first is not None
-    between = SecondOpinion(
-        book.opinion.encoder, Thresholds(decline_below=first.score - 6, overturn_above=first.score + 2)
-    )
+    # The best of every pair it may read, whatever this CPU's int8 kernels make of each: thresholds placed around it.
+    read = await book.opinion.scores(SPIN, [passage for _, passage in passages[:MAX_PAIRS]])
+    assert read is not None
+    best = max(read)
+    between = SecondOpinion(book.opinion.encoder, Thresholds(decline_below=best - 6, overturn_above=best + 2))
     doubted = await between.judge(SPIN, passages, Evidence(0.3, 0.3, unknown_rare=True))
     assert doubted is not None and doubted.change is None  # a rare word alone: kept between the two logits
     named = Evidence(0.3, 0.3, unknown_rare=True, unknown_rare_name=True)
     unconfirmed = await between.judge(SPIN, passages, named)
     assert unconfirmed is not None and unconfirmed.change == "declined"
-    answers = SecondOpinion(
-        book.opinion.encoder, Thresholds(decline_below=first.score - 8, overturn_above=first.score - 1)
-    )
+    answers = SecondOpinion(book.opinion.encoder, Thresholds(decline_below=best - 8, overturn_above=best - 1))
     confirmed = await answers.judge(SPIN, passages, named)
     assert confirmed is not None and confirmed.change is None
 
