@@ -25,6 +25,9 @@ from textbook_chat.streams.events import STALL_LIMIT_S, TERMINAL, Event, RelayUn
 
 log = logging.getLogger(__name__)
 
+MIRROR_WAIT_S = 2.0  # how long a reconnect waits for Redis to hold an event its reader already has
+MIRROR_POLL_S = 0.05
+
 
 async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> AsyncIterator[Event] | None:
     """A message's events after ``after``: live (this worker or, with Redis, another), else replayed from Postgres."""
@@ -39,8 +42,23 @@ async def events(chat: ChatService, message_id: uuid.UUID, after: int = 0) -> As
     return None if stored is None else _iterate(stored)
 
 
-async def last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, bool] | None:
-    """``(newest event id, ended)`` for the 204 rule of a reconnect after ``done``; None: unknown message."""
+async def last_event(chat: ChatService, message_id: uuid.UUID, *, seen: int = 0) -> tuple[int, bool] | None:
+    """``(newest event id, ended)`` for the 204 rule of a reconnect after ``done``; None: unknown message.
+
+    ``seen``: the newest event the reader has. A reader who had it from the generating worker may reconnect to
+    another before Redis holds it (events are mirrored a moment after they go out): the answer then waits up to
+    ``MIRROR_WAIT_S`` for Redis to catch up, rather than serve a stream that would wait for an event it never gets.
+    """
+    deadline = time.monotonic() + MIRROR_WAIT_S
+    while True:
+        last = await _last_event(chat, message_id)
+        behind = last is not None and not last[1] and last[0] < seen
+        if not behind or chat.registry.relay is None or time.monotonic() > deadline:
+            return last
+        await asyncio.sleep(MIRROR_POLL_S)
+
+
+async def _last_event(chat: ChatService, message_id: uuid.UUID) -> tuple[int, bool] | None:
     live = await chat.registry.last_event(str(message_id))
     if live is not None:
         return live

@@ -199,7 +199,7 @@ async def message_stream(request: Request) -> Response:
     service = chat_service(request)
     message_id = _capability(request, service)
     after = _last_event_id(request)
-    last = await message_events.last_event(service, message_id)
+    last = await message_events.last_event(service, message_id, seen=after)
     if last is None:
         raise NotFound("No such message.")
     last_id, ended = last
