@@ -216,6 +216,24 @@ async def test_the_int8_check_runs_once_per_cpu_and_again_on_another(embedder: L
     assert chosen == (files.query_graph if measured["cosine"] >= QUERY_COSINE else files.graph)
 
 
+async def test_an_ingest_decides_the_question_graph_with_its_own_float32_session(embedder: LocalEmbedder) -> None:
+    """``prepare_queries`` after a batch writes the verdict a server then only reads, checked against the batch's
+    float32 session rather than a second copy of that graph."""
+    files = onnx_minilm.cached_model(embedder._data_dir)  # noqa: SLF001 -- the cache this embedder reads
+    embedder.query_graph(files)  # measured with a float32 question session, unless an earlier test did
+    measured = json.loads(files.query_check.read_text())
+    files.query_check.unlink()
+    ingesting = LocalEmbedder(embedder._data_dir)  # noqa: SLF001
+    try:
+        await ingesting.embed_documents(TEXTS)
+        ingesting.prepare_queries()
+        assert set(ingesting._sessions) == {"batch"}  # noqa: SLF001 -- no question session, no other float32 one
+        verdict = json.loads(files.query_check.read_text())
+        assert verdict["cpu"] == measured["cpu"] and abs(verdict["cosine"] - measured["cosine"]) < 1e-3
+    finally:
+        await ingesting.aclose()
+
+
 @pytest.mark.slow
 def test_a_model_cache_without_the_questions_int8_copy_gets_one_and_loses_its_stale_files(
     embedder: LocalEmbedder, tmp_path: Path

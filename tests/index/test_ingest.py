@@ -47,6 +47,9 @@ class RecordingEmbedder:
     async def embed_query(self, text: str) -> list[float]:
         return await self.inner.embed_query(text)
 
+    def prepare_queries(self) -> None:
+        self.inner.prepare_queries()
+
     def release_batches(self) -> None:
         self.inner.release_batches()
 

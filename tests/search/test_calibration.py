@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import DEMO_BOOK, copy_index
 from textbook_chat.cli import main
+from textbook_chat.core import onnx_minilm
 from textbook_chat.core.settings import Settings
 from textbook_chat.search import calibration
 from textbook_chat.search.confidence import Calibration
@@ -84,6 +85,7 @@ def test_ingest_derives_the_calibration_and_re_derives_it_only_when_the_book_cha
     derived, source = asyncio.run(_stored(data_dir))
     assert derived is not None and source == "book"
     assert f"confidence calibration: {calibration.points(derived)}" in out
+    assert onnx_minilm.cached_model(data_dir).query_check.is_file()  # the question graph, decided at ingest too
 
     asyncio.run(_save(data_dir, SENTINEL, "book"))  # mark what is stored, to see whether it is re-derived
     _ingest(book, data_dir, monkeypatch, capsys)  # the same book: nothing to re-derive

@@ -58,6 +58,9 @@ class WordEmbedder:
     async def embed_query(self, text: str) -> list[float]:
         return self._embed(text)
 
+    def prepare_queries(self) -> None:
+        return None
+
     def release_batches(self) -> None:
         return None
 
