@@ -188,6 +188,17 @@ async def test_deleting_a_file_removes_its_points(book: Path, index: VectorIndex
 
 
 @pytest.mark.slow
+async def test_the_index_keeps_the_books_title_and_a_re_ingest_follows_a_new_one(
+    book: Path, index: VectorIndex, embedder: RecordingEmbedder
+) -> None:
+    await run(book, index, embedder)
+    assert await index.book_title() == "Physical AI & Humanoid Robotics"  # no site: its first chapter's, unwelcomed
+    (book / "docusaurus.config.ts").write_text("export default {\n  title: 'Walking Robots',\n};\n")
+    report = await run(book, index, embedder)
+    assert report.new == report.updated == 0  # only the metadata changed
+    assert await index.book_title() == "Walking Robots"
+
+
 async def test_a_dry_run_reports_changes_and_writes_nothing(
     book: Path, index: VectorIndex, embedder: RecordingEmbedder
 ) -> None:

@@ -194,6 +194,7 @@ class OpenAIGenerator:
             selected_text=request.selected_text,
             low_confidence=request.low_confidence,
             counter=self._counter,
+            book_title=request.book_title,
         )
         emitted: list[str] = []
         deadline = time.monotonic() + self._bounds.max_s

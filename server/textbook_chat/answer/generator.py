@@ -56,6 +56,7 @@ class GenerationRequest:
     # The question with the context retrieval took from the conversation (``search/context.py``): what the
     # offline answer's cross-encoder reads; None when the question took none. The model reads the history.
     standalone: str | None = None
+    book_title: str | None = None  # what the model's instructions call the book (``prompts.build_messages``)
 
 
 class Generator(Protocol):

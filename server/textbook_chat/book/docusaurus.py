@@ -65,6 +65,39 @@ class _Folder:
     folders: list[_Folder] = field(default_factory=list)
 
 
+CONFIG_FILES = ("docusaurus.config.ts", "docusaurus.config.js", "docusaurus.config.mjs")
+# `title: "…"` (or `const title = "…"`, which a config may use as `title,`) with its indentation; a template
+# literal counts only without `${…}` in it.
+_TITLE = re.compile(r"""^([ \t]*)(?:(?:const|let|var)\s+title\s*=|title\s*:)\s*(['"`])((?:(?!\2|\$\{).)+)\2""", re.M)
+_WELCOME = re.compile(r"^(Welcome to|Introduction to)\s+", re.I)
+TITLE_MAX_CHARS = 120
+
+
+def book_title(site: Path, first_chapter: str | None) -> str:
+    """The book's name: its site's own ``title`` (``site_title``), else its first chapter's title without a
+    "Welcome to" (a docs folder without a site), else "Textbook"."""
+    title = site_title(site) or _WELCOME.sub("", first_chapter or "").strip()
+    return title or "Textbook"
+
+
+def site_title(site: Path) -> str | None:
+    """The ``title`` of the site's docusaurus.config (.ts, .js or .mjs): the least indented one, since the
+    navbar's and the footer's link groups have titles too, nested deeper; None without a config or a title.
+    One line of plain text whatever the file holds (it reaches the model's instructions), at most
+    ``TITLE_MAX_CHARS``."""
+    for name in CONFIG_FILES:
+        config = site / name
+        try:
+            text = config.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = [(len(m.group(1).expandtabs()), m.group(3)) for m in _TITLE.finditer(text)]
+        if found:
+            title = " ".join(min(found, key=lambda f: f[0])[1].split())
+            return "".join(c for c in title if c.isprintable())[:TITLE_MAX_CHARS].strip() or None
+    return None
+
+
 def read_tree(root: Path, base_url: str, skipped: list[Skipped]) -> list[tuple[Module, list[Doc]]]:
     """Modules and their docs with content, in sidebar order; what is left out is appended to `skipped`.
 

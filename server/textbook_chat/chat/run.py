@@ -29,7 +29,7 @@ from textbook_chat.answer.generation import (
 from textbook_chat.chat.question import Question
 from textbook_chat.chat.service import ChatService
 from textbook_chat.core import logs, metrics
-from textbook_chat.core.errors import DatabaseUnavailable, LLMUnavailable, ServiceUnavailable
+from textbook_chat.core.errors import DatabaseUnavailable, LLMUnavailable, RetrievalUnavailable, ServiceUnavailable
 from textbook_chat.search import context
 from textbook_chat.search.context import Earlier
 from textbook_chat.search.retrieval import Retrieval, Source
@@ -237,6 +237,17 @@ class AnswerRun:
         self.stream.add_token(self.chat.faq.answer_text(self.question.text))
         self._done("fallback", {"retrieval": 0.0, "first_token": 0.0, "total": 0.0})
 
+    async def _book_title(self) -> str | None:
+        """The book's name for the model's instructions (read once per index, then cached); None when the index
+        cannot say, as before the sources were found it could."""
+        retriever = self.chat.retriever
+        if retriever is None:
+            return None
+        try:
+            return await retriever.index.book_title()
+        except RetrievalUnavailable:
+            return None
+
     def _decline(self, retrieval: Retrieval) -> None:
         self.state.confidence = retrieval.confidence
         self.state.model = "decline"
@@ -270,6 +281,7 @@ class AnswerRun:
             selected_text=self.question.selected_text,
             low_confidence=retrieval.level == "low",
             standalone=retrieval.standalone,
+            book_title=await self._book_title(),
         )
         first_token_ms: float | None = None
         finish_reason = "stop"

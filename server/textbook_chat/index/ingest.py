@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from textbook_chat.book import chunking
+from textbook_chat.book import chunking, docusaurus
 from textbook_chat.book.chunking import Chunk
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
@@ -119,6 +119,9 @@ async def run(
         if plan.reindexed:
             await index.set_payloads(plan.reindexed)
         await index.delete(plan.to_delete)
+        title = docusaurus.book_title(path.expanduser(), book.documents[0].chapter if book.documents else None)
+        if (await index.read_metadata()).get("book_title") != title:
+            await index.write_metadata(book_title=title)  # the model's instructions name the book (prompts.py)
     report = IngestReport(
         new=plan.new,
         updated=plan.updated,

@@ -86,6 +86,7 @@ class VectorIndex:
         self.backend = backend
         self._timeout_s = timeout_s
         self._modules: list[ModuleInfo] | None = None
+        self._title: tuple[str | None] | None = None  # the book's title once read (``book_title``)
         self._expected: tuple[str, str, int] | None = None
         self._verified = False
         self.generation = 0  # bumped on every write: caches of the index's contents watch it
@@ -116,6 +117,15 @@ class VectorIndex:
         """Add or replace metadata keys (JSON values), kept with the index across restarts."""
         current = await self.read_metadata()
         await self._call(self.backend.write_metadata({**current, **values}))
+        self._title = None
+
+    async def book_title(self) -> str | None:
+        """The book's name as its last ingest read it (``ingest.run``); None for an index ingested before that was
+        kept. Read once, then again after a write of the metadata."""
+        if self._title is None:
+            title = (await self.read_metadata()).get("book_title")
+            self._title = (title if isinstance(title, str) and title else None,)
+        return self._title[0]
 
     # -- schema -----------------------------------------------------------------------------------
 
@@ -130,7 +140,7 @@ class VectorIndex:
             await self.check_embedder(embedder=embedder, model=model, dim=dim)
             return False
         await self.backend.create(dim, {"embedder": embedder, "model": model, "dim": dim})
-        self._modules = None
+        self._modules = self._title = None
         self.generation += 1
         return True
 

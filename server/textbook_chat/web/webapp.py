@@ -23,7 +23,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from textbook_chat.book import chunking
+from textbook_chat.book import chunking, docusaurus
 from textbook_chat.book.mdx import Block, parse_blocks
 from textbook_chat.book.slugs import Slugger, read_front_matter
 from textbook_chat.core import resources
@@ -97,7 +97,8 @@ def render_book(path: Path) -> RenderedBook:
             section.pages.append(page)
             pages[doc.url] = page
         sections.append(section)
-    return RenderedBook(_site_title(path, book), sections, pages)
+    first_chapter = book.documents[0].chapter if book.documents else None
+    return RenderedBook(docusaurus.book_title(path, first_chapter), sections, pages)
 
 
 def render_markdown(source: str, file_path: str = "doc.md", doc_urls: dict[str, str] | None = None) -> str:
@@ -245,17 +246,6 @@ def _doc_links(state: StateCore) -> None:
             resolved = posixpath.normpath(posixpath.join(here, target)).lstrip("/")
             if resolved in urls:
                 child.attrSet("href", urls[resolved] + (f"#{anchor}" if anchor else ""))
-
-
-def _site_title(path: Path, book: chunking.Book) -> str:
-    for name in ("docusaurus.config.ts", "docusaurus.config.js", "docusaurus.config.mjs"):
-        config = path / name
-        if config.is_file():
-            match = re.search(r"""\btitle\s*:\s*(['"])(.+?)\1""", config.read_text(encoding="utf-8", errors="replace"))
-            if match:
-                return match.group(2)
-    first = book.documents[0].chapter if book.documents else "Textbook"
-    return re.sub(r"^(Welcome to|Introduction to)\s+", "", first)
 
 
 def _layout(book: RenderedBook, current: Page | None, body: str, panel: str) -> str:
