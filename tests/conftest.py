@@ -166,9 +166,11 @@ def chat_server(demo_index_dir: Path, tmp_path: Path, clean_db: str) -> Chat:
 
 def demo_env(demo_index_dir: Path, tmp_path: Path, database_url: str, llm_url: str | None) -> dict[str, str]:
     """What every test server over the demo index is given: its own copy of the index, the test database,
-    the local embedder, text logs and, with ``llm_url``, the fake model."""
+    the local embedder, the demo book's own FAQ (as ``serve --book`` reads it), text logs and, with ``llm_url``,
+    the fake model."""
     return {
         "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")),
+        "BOOK_FAQ_PATH": str(DEMO_BOOK / "faq.json"),
         "DATABASE_URL": database_url,
         "LOG_FORMAT": "text",
         "EMBEDDER": "local",

@@ -31,7 +31,7 @@ import pytest
 import redis
 from alembic import command
 
-from tests.conftest import alembic_config, copy_index
+from tests.conftest import DEMO_BOOK, alembic_config, copy_index
 from tests.fake_openai import Behaviour, FakeOpenAI, ok
 from tests.servers import free_port, serving
 from tests.sse_client import SSEEvent, answer_text, events, of_type, read_all
@@ -194,6 +194,7 @@ def drill_server(demo_index_dir: Path, tmp_path: Path) -> Drill:
         async with serving(fake.app()) as llm_url:
             values = {
                 "DATA_DIR": str(copy_index(demo_index_dir, tmp_path / f"data-{uuid.uuid4().hex[:6]}")),
+                "BOOK_FAQ_PATH": str(DEMO_BOOK / "faq.json"),  # what answers while the index is unreachable
                 "LOG_FORMAT": "text",
                 "EMBEDDER": "local",
                 "OPENAI_API_KEY": "sk-test",

@@ -1,18 +1,25 @@
-"""The static FAQ (``FAQ_PATH``): served at ``/api/faq`` and the answer of last resort when retrieval is down.
+"""The FAQ: served at ``/api/faq`` (the panel suggests its first questions) and the answer of last resort when
+retrieval is down.
 
-Matching is keyword overlap with each entry's question, keywords and answer; it needs no index, no
-embedder and no network, which is the point: it works when everything else has failed.
+Three parts, in this order: the book's own entries (``faq.json`` beside the served book's ``docs/``, as the demo
+book carries one), entries about the book read from its index (what it covers, its modules: any book has them,
+and they outlive an outage of the index once read), and the entries about the assistant itself (``FAQ_PATH``, the
+package's by default). Matching is keyword overlap with each entry's question, keywords and answer; it needs no
+index, no embedder and no network, which is the point: it works when everything else has failed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textbook_chat.core.errors import RetrievalUnavailable
 from textbook_chat.index import sparse
+from textbook_chat.index.vectors import ModuleInfo, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +41,39 @@ class FaqEntry:
         return {"id": self.id, "question": self.question, "answer": self.answer, "url": self.url}
 
 
-@dataclass(frozen=True)
 class Faq:
-    entries: tuple[FaqEntry, ...]
+    def __init__(self, own: Sequence[FaqEntry] = (), assistant: Sequence[FaqEntry] = ()) -> None:
+        self.own = tuple(own)  # the book's own file
+        self.assistant = tuple(assistant)  # FAQ_PATH
+        self.about_book: tuple[FaqEntry, ...] = ()  # read from the index (``refresh``)
 
     @classmethod
-    def load(cls, path: Path, *, base_url: str) -> Faq:
-        """Read ``path``; a missing or broken file gives an empty FAQ and one logged error, never a crash."""
+    def load(cls, path: Path, *, base_url: str, own: Path | None = None, book: Path | None = None) -> Faq:
+        """``path`` (the entries about the assistant) and the book's own entries: ``own`` (BOOK_FAQ_PATH), else
+        the ``faq.json`` of the served ``book``'s folder where it has one. A file named but missing or broken
+        gives no entries and one logged error, never a crash."""
+        if own is None and book is not None and (book / "faq.json").is_file():
+            own = book / "faq.json"
+        return cls(_read(own, base_url) if own is not None else (), _read(path, base_url))
+
+    @property
+    def entries(self) -> tuple[FaqEntry, ...]:
+        """The book's own entries, then those read from its index (unless its own file answers the same
+        question: the same ``id``), then the assistant's."""
+        own = {entry.id for entry in self.own}
+        return (*self.own, *(e for e in self.about_book if e.id not in own), *self.assistant)
+
+    async def refresh(self, index: VectorIndex | None) -> None:
+        """Read the book's title and modules from ``index`` (cached there until its next write); while the index
+        is down, the entries last read stay."""
+        if index is None:
+            return
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(tuple(_entry(raw, base_url) for raw in data["entries"]))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.error("FAQ not loaded from %s (%s); the retrieval fallback will have no entries", path, exc)
-            return cls(())
+            if not await index.exists():
+                return
+            self.about_book = about_the_book(await index.book_title(), await index.modules())
+        except RetrievalUnavailable:
+            pass
 
     def match(self, question: str, limit: int = MAX_ENTRIES) -> list[FaqEntry]:
         """Entries sharing words with ``question``, best first; empty when nothing overlaps."""
@@ -78,6 +105,55 @@ class Faq:
             link = f" ([read more]({entry.url}))" if entry.url else ""
             parts.append(f"**{entry.question}**\n{entry.answer}{link}")
         return "\n\n".join(parts)
+
+
+MODULE_ENTRIES = 12  # modules given an entry of their own; a longer book's are all in "how is it organised"
+
+
+def about_the_book(title: str | None, modules: Sequence[ModuleInfo]) -> tuple[FaqEntry, ...]:
+    """What any book's index can say about it: what it covers, how it is organised, and what each module holds."""
+    if not modules:
+        return ()
+    name = f"“{title}”" if title else "The book"
+    listed = "; ".join(m.title for m in modules if m.title)
+    entries = [
+        FaqEntry(
+            "book-scope",
+            "What does this textbook cover?",
+            f"{name} has {len(modules)} module{'s' if len(modules) != 1 else ''}: {listed}.",
+            ("cover", "contents", "topics", "about", "syllabus", "overview"),
+            modules[0].url or None,
+        ),
+        FaqEntry(
+            "modules",
+            "How is the book organised into modules?",
+            " ".join(f"{n}. {_module_line(m)}" for n, m in enumerate(modules, start=1)),
+            ("organised", "organized", "structure", "modules", "chapters", "order", "parts"),
+            modules[0].url or None,
+        ),
+    ]
+    entries += [
+        FaqEntry(f"module-{m.id}", f"What is in “{m.title}”?", _module_line(m), (), m.url or None)
+        for m in modules[:MODULE_ENTRIES]
+        if m.title
+    ]
+    return tuple(entries)
+
+
+def _module_line(module: ModuleInfo) -> str:
+    chapters = [c.title for c in module.chapters if c.title and c.title != module.title]
+    if not chapters:
+        return f"{module.title}."
+    return f"{module.title}: {'; '.join(chapters)}."
+
+
+def _read(path: Path, base_url: str) -> tuple[FaqEntry, ...]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return tuple(_entry(raw, base_url) for raw in data["entries"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.error("FAQ not loaded from %s (%s); the retrieval fallback will have no entries from it", path, exc)
+        return ()
 
 
 def _entry(raw: dict[str, Any], base_url: str) -> FaqEntry:

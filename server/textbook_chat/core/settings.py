@@ -82,6 +82,7 @@ class Settings:
     admin_token: Secret | None = None  # ADMIN_TOKEN: opens GET /api/admin/report and /admin/report; unset = 404
     session_retention_days: int = 30
     faq_path: Path = Path("faq/faq.json")
+    book_faq_path: Path | None = None  # BOOK_FAQ_PATH: the book's own FAQ entries (answer/faq.py)
     book_path: Path | None = None
     book_watch_s: float = 5.0  # serve --book: how often to look for a changed book (0: only on SIGHUP)
     llm_timeout_s: float = 20.0  # LLM_TIMEOUT_S: per read (connect, first byte, between two chunks)
@@ -153,6 +154,7 @@ class Settings:
             admin_token=r.secret("ADMIN_TOKEN"),
             session_retention_days=r.number("SESSION_RETENTION_DAYS", int, cls.session_retention_days, minimum=1),
             faq_path=r.path("FAQ_PATH", files.faq),
+            book_faq_path=r.optional_path("BOOK_FAQ_PATH"),
             book_path=r.optional_path("BOOK_PATH"),
             book_watch_s=r.number("BOOK_WATCH_S", float, cls.book_watch_s, minimum=0.0),
             llm_timeout_s=r.number("LLM_TIMEOUT_S", float, cls.llm_timeout_s, minimum=0.001),

@@ -69,6 +69,7 @@ def create_app(
                 await _ingest_at_start(services)
             if services.chat is not None:
                 drain.attach(services.chat.registry)
+                await services.chat.faq.refresh(services.index)  # for an outage of the index before any reader
             if served:  # the real server (tests build many apps in one process and skip both)
                 if services.chat is not None and services.chat.retriever is not None:
                     await _warm(services.chat.retriever)

@@ -126,7 +126,9 @@ async def _chat_service(settings: Settings, services: Services, stack: AsyncExit
         registry=registry,
         retriever=Retriever(services.index, services.embedder, calibration, second_opinion),
         generator=generator,
-        faq=Faq.load(settings.faq_path, base_url=settings.book_base_url),
+        faq=Faq.load(
+            settings.faq_path, base_url=settings.book_base_url, own=settings.book_faq_path, book=settings.book_path
+        ),
         capabilities=Capabilities(key, ttl_s=settings.stream_ttl_s),
         llm_enabled=settings.llm_enabled,
         daily_tokens=settings.session_daily_tokens,
