@@ -132,16 +132,20 @@ def about_the_book(title: str | None, modules: Sequence[ModuleInfo]) -> tuple[Fa
             modules[0].url or None,
         ),
     ]
-    entries += [
+    entries += [  # a module that is one page (its only chapter is itself) has nothing more to say here
         FaqEntry(f"module-{m.id}", f"What is in “{m.title}”?", _module_line(m), (), m.url or None)
         for m in modules[:MODULE_ENTRIES]
-        if m.title
+        if m.title and _chapters(m)
     ]
     return tuple(entries)
 
 
+def _chapters(module: ModuleInfo) -> list[str]:
+    return [c.title for c in module.chapters if c.title and c.title != module.title]
+
+
 def _module_line(module: ModuleInfo) -> str:
-    chapters = [c.title for c in module.chapters if c.title and c.title != module.title]
+    chapters = _chapters(module)
     if not chapters:
         return f"{module.title}."
     return f"{module.title}: {'; '.join(chapters)}."
