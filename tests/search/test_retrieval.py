@@ -23,6 +23,7 @@ from textbook_chat.index.qdrant_server import ServerCollection
 from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.search import evaluate
 from textbook_chat.search.confidence import Calibration
+from textbook_chat.search.context import Asked
 from textbook_chat.search.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
 from textbook_chat.web.services import open_services
 
@@ -423,6 +424,20 @@ async def demo_retriever(demo_index_dir: Path, tmp_path_factory: pytest.TempPath
     async with open_services(Settings.from_env({"DATA_DIR": str(data), "EMBEDDER": "local"}), retrieval=True) as s:
         assert s.index is not None and s.embedder is not None
         yield Retriever(s.index, s.embedder)
+
+
+async def test_a_question_joined_to_chatter_is_answered_from_its_part_the_book_answers(
+    demo_retriever: Retriever,
+) -> None:
+    """The whole reads as nothing the book answers (one vector for holidays and simulation); its question alone
+    does. Two questions the book answers neither of stay declined."""
+    joined = "I have a long question about my holidays and my family. What is domain randomisation?"
+    whole = await demo_retriever._textbook(Asked(joined), None)  # noqa: SLF001 -- the whole, as it used to be read
+    assert whole.declined
+    result = await demo_retriever.retrieve(joined)
+    assert not result.declined and result.confidence > whole.confidence
+    assert result.sources[0].file_path == "03-simulation-and-learning/02-sim-to-real-and-rl.md"
+    assert (await demo_retriever.retrieve("How do I cook pasta, and what is the best pizza in Naples?")).declined
 
 
 async def test_minilm_finds_the_section_of_a_paraphrased_question(demo_retriever: Retriever) -> None:

@@ -20,7 +20,7 @@ from textbook_chat.core.modes import Mode
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
 from textbook_chat.index.vectors import Hit, VectorIndex
-from textbook_chat.search import confidence, context, passages
+from textbook_chat.search import compound, confidence, context, passages
 from textbook_chat.search.confidence import Calibration, Level
 from textbook_chat.search.context import Asked, Earlier
 from textbook_chat.search.followup import FollowUps
@@ -173,9 +173,23 @@ class Retriever:
                 in_context = await self._textbook(fallback, module)
                 if in_context.confidence > result.confidence:
                     result, asked = in_context, fallback
-            result = await self._reconsider(question, result, standalone=asked.standalone)
+            read_for = asked.standalone
+            if result.level == "none" and not asked.in_context:
+                result, read_for = await self._best_part(question, result, module)
+            result = await self._reconsider(question, result, standalone=read_for)
             result = replace(result, standalone=asked.standalone if asked.in_context else None)
         return replace(result, timings_ms={"retrieval": round((time.perf_counter() - started) * 1000, 2)})
+
+    async def _best_part(self, question: str, whole: Retrieval, module: str | None) -> tuple[Retrieval, str | None]:
+        """A question that joins two or more (``compound.py``), which as a whole reads as nothing the book answers:
+        its part the book answers best, if one reads better than the whole, and that part (what the second opinion
+        then reads the passages for); else ``whole`` as it was."""
+        best, read_for = whole, None
+        for part in compound.parts(question):
+            reading = await self._textbook(Asked(part), module)
+            if reading.confidence > best.confidence:
+                best, read_for = reading, part
+        return best, read_for
 
     async def evidence(self, text: str, dense: Sequence[float], *, hold_out: str | None = None) -> float:
         """The raw evidence for ``text`` in the whole book, before calibration, as ``retrieve`` measures it;
