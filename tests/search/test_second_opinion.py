@@ -28,6 +28,7 @@ from textbook_chat.search.retrieval import Retriever
 from textbook_chat.search.second_opinion import (
     LIFT_MARGIN,
     MAX_PAIRS,
+    NAMED_MARGIN,
     Evidence,
     SecondOpinion,
     Thresholds,
@@ -60,6 +61,7 @@ WEAK = Thresholds().weak_below
         (Evidence(WEAK - 0.01, WEAK - 0.01, unknown_rare=False, absent=0.4), "ask"),
         (Evidence(WEAK + 0.01, WEAK + 0.01, unknown_rare=False, absent=0.4), "answer"),
         (Evidence(0.3, 0.3, unknown_rare=True), "ask"),  # a rare word the book never uses
+        (Evidence(0.3, 0.3, unknown_rare=False, unknown_name=True), "ask"),  # a name it never uses ("GitHub Sponsors")
         (Evidence(0.36, 0.36, unknown_rare=True), "answer"),  # above the band: retrieval is sure enough
         (Evidence(0.12, 0.12, unknown_rare=False), "ask"),  # declined by the passages, within the band
         (Evidence(0.05, 0.05, unknown_rare=False), "decline"),  # far below: clearly not in the book
@@ -220,13 +222,17 @@ async def test_a_decline_on_weak_passages_alone_is_answered_above_the_midpoint_a
     assert between.thresholds.midpoint < best < between.thresholds.overturn_above
     weak = await between.judge(SPIN, passages, Evidence(0.15, 0.15, unknown_rare=False))
     assert weak is not None and weak.change == "answered"
-    for doubted in (Evidence(0.15, 0.15, unknown_rare=True), Evidence(0.15, 0.45, unknown_rare=False)):
-        verdict = await between.judge(SPIN, passages, doubted)  # a rare unknown word; a names rule's decline
+    for doubted in (
+        Evidence(0.15, 0.15, unknown_rare=True),  # a rare unknown word
+        Evidence(0.15, 0.15, unknown_rare=False, unknown_name=True),  # a name the book never uses
+        Evidence(0.15, 0.45, unknown_rare=False),  # a names rule's decline
+    ):
+        verdict = await between.judge(SPIN, passages, doubted)
         assert verdict is not None and verdict.change is None
 
 
-async def test_an_answer_naming_a_rare_thing_the_book_never_mentions_needs_a_passage_that_answers(book: Book) -> None:
-    """Between its two logits the cross-encoder keeps an answer it doubts, unless the question names a rare thing the
+async def test_an_answer_naming_a_thing_the_book_never_mentions_needs_a_passage_that_answers(book: Book) -> None:
+    """Between its two logits the cross-encoder keeps an answer it doubts, unless the question names a thing the
     book never mentions ("How do MobX observables compare with RxJS?"): passages about its neighbours are not about
     it, so the answer stands only above the logit that says a passage answers."""
     plain = await Retriever(book.index, book.embedder, book.calibration).retrieve(SPIN)
@@ -238,12 +244,35 @@ async def test_an_answer_naming_a_rare_thing_the_book_never_mentions_needs_a_pas
     between = SecondOpinion(book.opinion.encoder, Thresholds(decline_below=best - 6, overturn_above=best + 2))
     doubted = await between.judge(SPIN, passages, Evidence(0.3, 0.3, unknown_rare=True))
     assert doubted is not None and doubted.change is None  # a rare word alone: kept between the two logits
-    named = Evidence(0.3, 0.3, unknown_rare=True, unknown_rare_name=True)
+    named = Evidence(0.3, 0.3, unknown_rare=False, unknown_name=True)
     unconfirmed = await between.judge(SPIN, passages, named)
     assert unconfirmed is not None and unconfirmed.change == "declined"
     answers = SecondOpinion(book.opinion.encoder, Thresholds(decline_below=best - 8, overturn_above=best - 1))
     confirmed = await answers.judge(SPIN, passages, named)
     assert confirmed is not None and confirmed.change is None
+
+
+async def test_a_decline_of_a_question_naming_a_thing_the_book_never_mentions_is_lifted_only_by_a_clear_answer(
+    book: Book,
+) -> None:
+    """The names rule declined it (its passages alone would have answered): a passage just above the overturn logit
+    is a neighbour's ("the scan operator" read against the passage on reduce); one well above it answers."""
+    plain = await Retriever(book.index, book.embedder, book.calibration).retrieve(SPIN)
+    passages = [(s.chunk_id, s.passage) for s in plain.candidates]
+    read = await book.opinion.scores(SPIN, [passage for _, passage in passages[:MAX_PAIRS]])
+    assert read is not None
+    best = max(read)
+    named = Evidence(0.0, 0.5, unknown_rare=False, unknown_name=True)
+    just_above = SecondOpinion(book.opinion.encoder, Thresholds(decline_below=best - 9, overturn_above=best - 1))
+    kept = await just_above.judge(SPIN, passages, named)
+    assert kept is not None and kept.change is None  # still declined
+    unnamed = await just_above.judge(SPIN, passages, replace(named, unknown_name=False))
+    assert unnamed is not None and unnamed.change == "answered"  # what any other names-rule decline gets
+    clear = SecondOpinion(
+        book.opinion.encoder, Thresholds(decline_below=best - 14, overturn_above=best - NAMED_MARGIN - 1)
+    )
+    lifted_ = await clear.judge(SPIN, passages, named)
+    assert lifted_ is not None and lifted_.change == "answered"
 
 
 async def test_where_it_is_asked_it_reads_few_pairs_and_keeps_the_first_stages_order_within_its_margin(

@@ -225,14 +225,18 @@ class Retriever:
         opinion = self.second_opinion
         if opinion is None or not result.candidates:
             return result
-        rare = {t for t in result.unknown_terms if sparse.telling(t)}
-        evidence = Evidence(confidence=result.confidence, unscaled=result.unscaled, unknown_rare=bool(rare))
+        unknown = set(result.unknown_terms)
+        evidence = Evidence(
+            confidence=result.confidence,
+            unscaled=result.unscaled,
+            unknown_rare=any(sparse.telling(t) for t in unknown),
+            unknown_name=bool(unknown & set(sparse.names(question))),
+        )
         if plan(opinion.thresholds, replace(evidence, absent=1.0)) != "ask":
             return result  # whatever the book's vocabulary says: no need to look it up
         evidence = replace(evidence, absent=await self._absent_share(question, result.candidates))
         if plan(opinion.thresholds, evidence) != "ask":
             return result
-        evidence = replace(evidence, unknown_rare_name=bool(rare & set(sparse.names(question))))
         passages = [(s.chunk_id, s.passage) for s in result.candidates]
         verdict = await opinion.judge(standalone or question, passages, evidence)
         if verdict is None:

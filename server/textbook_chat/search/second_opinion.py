@@ -49,6 +49,10 @@ DEFAULT_OVERTURN_ABOVE = 1.0
 # three books' question sets a margin of 2 pushed right passages down (MRR 0.936 -> 0.922 on one), 3 and more never
 # did; 4 leaves room.
 LIFT_MARGIN = 4.0
+# How far above the overturn logit a passage must score to lift a decline of a question naming a thing the book
+# never mentions: topical passages about its neighbours reached overturn + 1.2 ("How does the scan operator keep a
+# running total?" against the passage on reduce); passages that answer score about +9.
+NAMED_MARGIN = 4.0
 # The share of a question's content words the book never uses, in any form, from which that is evidence the book
 # does not answer it: readers' paraphrases of the three books reached 0.33, questions about other subjects 0.5-1.0.
 ABSENT = 0.5
@@ -83,12 +87,12 @@ class Thresholds:
     def describe(self) -> str:
         return (
             f"asked at confidence {self.band_low:.2f}-{self.band_high:.2f} where other evidence doubts the first "
-            f"stage (a rare word the book never uses, {ABSENT:.0%} of its words absent from the book, or "
+            f"stage (a rare word or a name the book never uses, {ABSENT:.0%} of its words absent from the book, or "
             f"{WEAK_ABSENT:.0%} with confidence under {self.weak_below:.3f}); declines below logit "
             f"{self.decline_below:.2f} with that evidence (not above {self.overturn_above:.2f} where the question "
-            f"names a rare thing the book never mentions), "
+            f"names a thing the book never mentions), "
             f"overturns a decline above {self.overturn_above:.2f} (above {self.midpoint:.2f} when only the passages' "
-            f"evidence was weak)"
+            f"evidence was weak, above {self.overturn_above + NAMED_MARGIN:.2f} when it names such a thing)"
         )
 
 
@@ -100,22 +104,29 @@ class Evidence:
     unscaled: float  # the same before it
     unknown_rare: bool  # a term of the question the book never uses that tells (``sparse.telling``)
     absent: float = 0.0  # the share of its content words the book never uses (``Retriever._absent_share``)
-    # It names a thing rare in English that the book never mentions (a product, a tool, an API: "MobX", "toSignal"):
-    # the passages about its neighbours are not about it, so an answer stands only where one of them answers.
-    unknown_rare_name: bool = False
+    # It names a thing the book never mentions (a product, a tool, an operator: "MobX", "GitHub Sponsors", "the scan
+    # operator"; rare in English or not): the passages about its neighbours are not about it, so an answer stands
+    # only where one of them answers, and a decline the names rule caused is lifted only where one answers clearly.
+    unknown_name: bool = False
 
     def doubts(self, thresholds: Thresholds) -> bool:
         """Evidence other than the cross-encoder that the book may not answer: about the question's words, since
         weak passages alone are what the cross-encoder reads again (the two would be one signal counted twice);
         weak passages count with a third of the question's words absent from the book (``WEAK_ABSENT``)."""
         weak = self.confidence < thresholds.weak_below and self.absent >= WEAK_ABSENT
-        return weak or self.unknown_rare or self.absent >= ABSENT
+        return weak or self.unknown_rare or self.unknown_name or self.absent >= ABSENT
 
     @property
     def only_weak(self) -> bool:
         """The passages' evidence is weak and nothing else doubts: no names or terms rule lowered it, no rare word
-        the book never uses, most of the question's words in the book. The cross-encoder's midpoint decides."""
-        return self.unscaled < confidence.DECLINE and not self.unknown_rare and self.absent < ABSENT
+        or name the book never uses, most of the question's words in the book. The cross-encoder's midpoint
+        decides."""
+        return (
+            self.unscaled < confidence.DECLINE
+            and not self.unknown_rare
+            and not self.unknown_name
+            and self.absent < ABSENT
+        )
 
 
 def plan(thresholds: Thresholds, evidence: Evidence) -> Plan:
@@ -174,12 +185,13 @@ def settled(
     """Whether the pairs read so far (``None``: not read) decide the question, whatever the rest would say: a
     passage answers clearly; or, on an answer, one passage is not clearly off (a decline needs every pair read low),
     or two are far below the decline logit (``CLEARLY_OFF``); or, on a decline, the first stage's best passage
-    clearly does not answer (the two stages agree). An answer ``confirming`` (its question names a rare thing the
-    book never mentions) is settled only by a passage that answers clearly."""
+    clearly does not answer (the two stages agree). ``confirming``: the question names a thing the book never
+    mentions; an answer to it is settled only by a passage that answers, a decline of it only by one that answers
+    clearly (``NAMED_MARGIN``) or by the first passage clearly off."""
     known = [s for s in scores if s is not None]
     if not known:
         return False
-    if max(known) > thresholds.overturn_above:
+    if max(known) > thresholds.overturn_above + (NAMED_MARGIN if confirming and declined else 0.0):
         return True
     if confirming and not declined:
         return False
@@ -205,8 +217,16 @@ def lifted(scores: Sequence[float | None], margin: float = LIFT_MARGIN) -> tuple
 
 
 def _unconfirmed(best: float, evidence: Evidence, thresholds: Thresholds) -> bool:
-    """An answer naming a rare thing the book never mentions, with no passage the cross-encoder says answers."""
-    return evidence.unknown_rare_name and best <= thresholds.overturn_above
+    """An answer naming a thing the book never mentions, with no passage the cross-encoder says answers."""
+    return evidence.unknown_name and best <= thresholds.overturn_above
+
+
+def _overturns(best: float, evidence: Evidence, thresholds: Thresholds) -> bool:
+    """Whether the best passage lifts a decline: above the overturn logit, and clearly above it where the question
+    names a thing the book never mentions; not where most of its words are not the book's and the passages alone
+    declined it too."""
+    bar = thresholds.overturn_above + (NAMED_MARGIN if evidence.unknown_name else 0.0)
+    return best > bar and (evidence.unscaled >= confidence.DECLINE or evidence.absent < ABSENT)
 
 
 class SecondOpinion:
@@ -262,7 +282,7 @@ class SecondOpinion:
         scores: list[float | None] = [self._cache.get((key, chunk)) for chunk, _ in passages]
         read = 0
         for i in range(min(MAX_PAIRS, len(passages))):
-            if settled(scores, declined=declined, thresholds=t, confirming=evidence.unknown_rare_name):
+            if settled(scores, declined=declined, thresholds=t, confirming=evidence.unknown_name):
                 break
             if scores[i] is not None:
                 continue
@@ -276,11 +296,7 @@ class SecondOpinion:
         change: Change | None = None
         if not declined and evidence.doubts(t) and (best < t.decline_below or _unconfirmed(best, evidence, t)):
             change = "declined"
-        elif (
-            declined
-            and best > t.overturn_above
-            and (evidence.unscaled >= confidence.DECLINE or evidence.absent < ABSENT)
-        ):
+        elif declined and _overturns(best, evidence, t):
             change = "answered"
         elif declined and evidence.only_weak and best > t.midpoint:
             change = "answered"
