@@ -247,7 +247,6 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
                 progress=progress,
             )
             if not args.dry_run:
-                services.embedder.prepare_queries()
                 opinion = SecondOpinion.load()
                 try:
                     retriever = Retriever(services.index, services.embedder, second_opinion=opinion)

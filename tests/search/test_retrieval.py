@@ -547,9 +547,8 @@ def test_a_follow_up_loses_evidence_by_the_square_of_its_own_words_the_book_neve
     """One word of three the book does not use is a paraphrase ("how does it talk to ROS 2?"): most evidence
     stays. All of them absent is another subject ("and how do I cook pasta?"): none does."""
     from textbook_chat.search import context
-    from textbook_chat.search.context import Earlier
+    from textbook_chat.search.context import Earlier, known
     from textbook_chat.search.rerank import Query
-    from textbook_chat.search.retrieval import known
 
     earlier = [Earlier("What is Gazebo Harmonic?")]
     paraphrase = context.read("How does it exchange messages with ROS?", earlier)

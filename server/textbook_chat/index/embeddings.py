@@ -70,7 +70,8 @@ class Embedder(Protocol):
     async def embed_query(self, text: str) -> list[float]: ...
 
     def prepare_queries(self) -> None:
-        """Settle now, after an ingest, how questions will be embedded, so a server started next loads only that."""
+        """Settle now, at the end of an ingest, how questions will be embedded, so a server started next loads only
+        that."""
 
     def release_batches(self) -> None:
         """Free what only document batches (ingest) use; the next batch loads it again."""
@@ -272,7 +273,8 @@ class LocalEmbedder:
         """The lowest cosine between the int8 and the float32 graph's vectors of ``PROBE_TEXTS``, one at a time."""
         if self._words is None:
             self._words = onnx_minilm.WordTable(files.words)
-        exact = self._sessions.get("batch") or _session(files.graph, "query")  # one float32 copy, not two
+        # One float32 copy, not two: the ingest's own where it has one.
+        exact = self._sessions.get("batch") or self._sessions.get("background") or _session(files.graph, "query")
         graphs = (exact, _session(files.query_graph, "query"))
         lowest = 1.0
         for encoding in wordpiece_tokenizer().encode_batch(list(PROBE_TEXTS)):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from textbook_chat.index import sparse
-from textbook_chat.search.rerank import Candidate
+from textbook_chat.search.rerank import Candidate, Query, known_share
 
 # Words that point back at something said before: a question holding one reads its subject from the conversation.
 _POINTING = frozenset(
@@ -233,3 +233,15 @@ def _subject(text: str, *, exclude: Sequence[str]) -> str:
         if len(words) == SUBJECT_WORDS:
             break
     return " ".join(words)
+
+
+def known(query: Query, unknown: Sequence[str], asked: Asked | None = None) -> float:
+    """``known_share`` of the question as asked; a follow-up read in context also loses evidence for its own
+    content terms the book never uses ("and how do I cook pasta?"): the context's subject is not its subject."""
+    share = known_share(query, unknown)
+    if asked is None or not asked.in_context or not asked.own_terms:
+        return share
+    missing = len({u for u in unknown if u in asked.own_terms}) / len(set(asked.own_terms))
+    # Squared: a word or two of several the book does not use is a paraphrase ("does it talk to ROS 2?"); most of
+    # them absent is another subject ("and how do I cook pasta?")
+    return min(share, 1.0 - missing**2)

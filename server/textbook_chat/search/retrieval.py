@@ -420,7 +420,9 @@ class Retriever:
     def _confidence(
         self, kept: Sequence[Candidate], query: Query, unknown: Sequence[str], asked: Asked | None = None
     ) -> float:
-        return confidence.score([c.relevance for c in kept], self.calibration, known=known(query, unknown, asked))
+        return confidence.score(
+            [c.relevance for c in kept], self.calibration, known=context.known(query, unknown, asked)
+        )
 
     def _finish(
         self,
@@ -433,7 +435,7 @@ class Retriever:
         asked: Asked | None = None,
     ) -> Retrieval:
         kept = diversify(ranked, TOP_K)
-        share = known(query, unknown, asked)
+        share = context.known(query, unknown, asked)
         similarity = confidence.weighted_similarity([c.relevance for c in kept]) * share
         score = confidence.score([c.relevance for c in kept], self.calibration, known=share)
         lvl = confidence.level(score)
@@ -459,18 +461,6 @@ class Retriever:
             unknown_terms=tuple(unknown),
             unscaled=confidence.score([c.relevance for c in kept], self.calibration),
         )
-
-
-def known(query: Query, unknown: Sequence[str], asked: Asked | None = None) -> float:
-    """``known_share`` of the question as asked; a follow-up read in context also loses evidence for its own
-    content terms the book never uses ("and how do I cook pasta?"): the context's subject is not its subject."""
-    share = known_share(query, unknown)
-    if asked is None or not asked.in_context or not asked.own_terms:
-        return share
-    missing = len({u for u in unknown if u in asked.own_terms}) / len(set(asked.own_terms))
-    # Squared: a word or two of several the book does not use is a paraphrase ("does it talk to ROS 2?"); most of
-    # them absent is another subject ("and how do I cook pasta?")
-    return min(share, 1.0 - missing**2)
 
 
 def _renumbered(sources: Sequence[Source]) -> tuple[Source, ...]:

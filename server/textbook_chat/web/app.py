@@ -184,7 +184,6 @@ async def _ingest_at_start(services: Services) -> None:
     serving = services.chat.retriever if services.chat is not None else None
     retriever = serving or Retriever(services.index, services.embedder)
     await calibration.after_ingest(retriever, services.index, book_changed=report.changed)
-    services.embedder.prepare_queries()
     services.embedder.release_batches()
 
 
