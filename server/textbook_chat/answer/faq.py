@@ -10,6 +10,7 @@ index, no embedder and no network, which is the point: it works when everything 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ class Faq:
         self.own = tuple(own)  # the book's own file
         self.assistant = tuple(assistant)  # FAQ_PATH
         self.about_book: tuple[FaqEntry, ...] = ()  # read from the index (``refresh``)
+        self._refreshing: asyncio.Task[None] | None = None
 
     @classmethod
     def load(cls, path: Path, *, base_url: str, own: Path | None = None, book: Path | None = None) -> Faq:
@@ -62,6 +64,12 @@ class Faq:
         question: the same ``id``), then the assistant's."""
         own = {entry.id for entry in self.own}
         return (*self.own, *(e for e in self.about_book if e.id not in own), *self.assistant)
+
+    def refresh_soon(self, index: VectorIndex | None) -> None:
+        """``refresh`` in the background (one at a time): a reader asking for the FAQ never waits on the index,
+        which may be the very thing that is down; the next one gets what it read."""
+        if index is not None and (self._refreshing is None or self._refreshing.done()):
+            self._refreshing = asyncio.create_task(self.refresh(index), name="faq-refresh")
 
     async def refresh(self, index: VectorIndex | None) -> None:
         """Read the book's title and modules from ``index`` (cached there until its next write); while the index

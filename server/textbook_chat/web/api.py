@@ -411,5 +411,5 @@ async def modules(request: Request) -> JSONResponse:
 async def faq(request: Request) -> JSONResponse:
     who = await caller(request, "read")
     service = chat_service(request)
-    await service.faq.refresh(services(request).index)  # the book's modules, as the index has them now
+    service.faq.refresh_soon(services(request).index)  # the book's modules as the index has them, for the next
     return JSONResponse({"entries": [e.public() for e in service.faq.entries]}, headers=who.budget_headers)
