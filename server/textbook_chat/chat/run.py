@@ -239,7 +239,7 @@ class AnswerRun:
 
     async def _book_title(self) -> str | None:
         """The book's name for the model's instructions (read once per index, then cached); None when the index
-        cannot say, as before the sources were found it could."""
+        cannot say: the rules then call it "an online textbook"."""
         retriever = self.chat.retriever
         if retriever is None:
             return None
