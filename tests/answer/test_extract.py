@@ -46,6 +46,22 @@ def test_a_lead_in_whose_list_is_not_in_the_chunk_is_not_quoted() -> None:
     assert bodies(text) == ["Physical AI systems are built from many parts working together in a loop."]
 
 
+def test_a_sentence_pointing_ahead_is_quoted_with_what_it_points_at_or_not_at_all() -> None:
+    text = (
+        "Each topic carries one message type. The node below publishes a simple heartbeat twice per second.\n\n"
+        "```python\nself.publisher = self.create_publisher(String, 'robot_status', 10)\n```\n"
+    )
+    sentence, code = units(text, 1)
+    assert sentence.body == "Each topic carries one message type."
+    assert code.lead.startswith("The node below") and "create_publisher" in code.body
+    # The code it promised is in the next chunk: what would say "below" over nothing is not quoted.
+    cut = "Each topic carries one message type. The node below publishes a simple heartbeat twice per second."
+    assert bodies(cut) == ["Each topic carries one message type."]
+    assert bodies("You install the whole toolchain on Ubuntu as follows.\n\nThen open a new shell and source it.") == [
+        "Then open a new shell and source it."
+    ]
+
+
 def test_a_long_list_is_cut_at_a_whole_item_within_the_budget() -> None:
     items = "\n".join(f"- Item number {i} says something rather long about the topic at hand here" for i in range(30))
     (unit,) = units(f"The checklist has these entries:\n{items}", 1)

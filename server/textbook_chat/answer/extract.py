@@ -100,6 +100,8 @@ _LEANS_BACK = re.compile(
 # A label line inside what a lead-in introduces: "**Prediction:**", "**Update**:", "Where:" (emphasised, or three
 # words at most; "To create a workspace:" is a lead-in of its own).
 _LABEL = re.compile(r"^(?:[*_]{1,2}[^*_.!?]{1,60}:?[*_]{1,2}:?|(?:\S+\s+){0,2}\S+:)$")
+# Words by which a sentence points at what comes next ("the code below", "as follows", "the following steps").
+_POINTS_AHEAD = re.compile(r"\b(?:below|as follows|the following|here is|here's)\b", re.I)
 # A prompt to the student, wherever it sits ("Discuss the challenges of ...:", "Explain the differences ..."):
 # it asks what the reader asked, it does not answer it. Verbs a reader follows ("Install", "List") are not here.
 _STUDY_PROMPT = re.compile(
@@ -151,7 +153,7 @@ def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Un
             continue
         if block.kind == "para":
             sentences = _paragraph_sentences(block.lines)
-            lead = sentences.pop() if sentences and _is_lead_in(sentences[-1]) else None
+            lead = sentences.pop() if sentences and _introduces(sentences[-1]) else None
             result += _sentence_units(sentences, heading, n, kind)
             if lead is not None:
                 following, i = _introduced(blocks, i + 1)
@@ -273,6 +275,12 @@ def _enough(sentence: str) -> bool:
 
 def _is_lead_in(sentence: str) -> bool:
     return sentence.rstrip("*_ ").endswith(":")
+
+
+def _introduces(sentence: str) -> bool:
+    """A paragraph's last sentence that introduces what follows it: a lead-in, or one pointing ahead ("The node below
+    publishes a heartbeat twice per second."): quoted with its code, list or table, or not at all."""
+    return _is_lead_in(sentence) or bool(_POINTS_AHEAD.search(sentence))
 
 
 def _quotable(sentence: str, kind: passages.Kind, *, allow_short: bool = False) -> bool:
