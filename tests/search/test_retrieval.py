@@ -440,6 +440,15 @@ async def test_a_question_joined_to_chatter_is_answered_from_its_part_the_book_a
     assert (await demo_retriever.retrieve("How do I cook pasta, and what is the best pizza in Naples?")).declined
 
 
+async def test_a_hyphenated_name_is_the_books_where_each_of_its_parts_is(demo_retriever: Retriever) -> None:
+    """The same compound written another way ("Zero-Moment Point" in a book of "Zero Moment Point") is not a thing
+    the book never mentions; one with a part the book never uses ("micro-ROS") still is."""
+    written_apart = await demo_retriever.retrieve("How does the Zero-Moment Point keep a humanoid upright?")
+    assert written_apart.unknown_terms == () and not written_apart.declined
+    other = await demo_retriever.retrieve("How do I flash micro-ROS firmware onto an ESP32?")
+    assert "micro-ros" in other.unknown_terms and other.declined
+
+
 async def test_minilm_finds_the_section_of_a_paraphrased_question(demo_retriever: Retriever) -> None:
     result = await demo_retriever.retrieve("Why is simply cutting motor power a bad way to stop a walking humanoid?")
     assert not result.declined

@@ -287,8 +287,13 @@ class Retriever:
 
     async def _uses(self, term: str, seen: AbstractSet[str]) -> bool:
         """Whether the book uses ``term``: in the retrieved passages (``seen``, their terms), in one of its forms
-        or spelled out in full where ``term`` is a clipping of a word; else anywhere in the book."""
-        return not seen.isdisjoint(sparse.forms(term)) or sparse.clipped(term, seen) or await self._mentioned(term)
+        or spelled out in full where ``term`` is a clipping of a word; else anywhere in the book. A hyphenated term
+        is the book's where each of its parts is: the same compound written another way ("the ROS-TCP connector"
+        in a book of "ROS-TCP-Connector" and "ROS TCP Connector")."""
+        if not seen.isdisjoint(sparse.forms(term)) or sparse.clipped(term, seen) or await self._mentioned(term):
+            return True
+        parts = [part for part in term.split("-") if part]
+        return len(parts) > 1 and all([await self._uses(part, seen) for part in parts])
 
     async def _mentioned(self, term: str) -> bool:
         """Whether the book uses ``term`` or one of its forms anywhere."""

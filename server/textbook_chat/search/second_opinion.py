@@ -50,9 +50,10 @@ DEFAULT_OVERTURN_ABOVE = 1.0
 # did; 4 leaves room.
 LIFT_MARGIN = 4.0
 # How far above the overturn logit a passage must score to lift a decline of a question naming a thing the book
-# never mentions: topical passages about its neighbours reached overturn + 1.2 ("How does the scan operator keep a
-# running total?" against the passage on reduce); passages that answer score about +9.
-NAMED_MARGIN = 4.0
+# never mentions: a passage about its neighbours reached overturn + 1.2 ("How does the scan operator keep a running
+# total?" against the passage on reduce), one that answered a name the book spells another way overturn + 3.7 ("the
+# ROS-TCP connector", before hyphenated names were matched by their parts).
+NAMED_MARGIN = 2.0
 # The share of a question's content words the book never uses, in any form, from which that is evidence the book
 # does not answer it: readers' paraphrases of the three books reached 0.33, questions about other subjects 0.5-1.0.
 ABSENT = 0.5
