@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -39,6 +38,7 @@ from textbook_chat.search.rerank import (
 from textbook_chat.search.rerank import excerpt as excerpt
 from textbook_chat.search.rerank import searchable as searchable
 from textbook_chat.search.second_opinion import Evidence, SecondOpinion, Verdict, plan
+from textbook_chat.search.vocabulary import BookWords
 
 CANDIDATES = 10
 TOP_K = 5
@@ -149,6 +149,7 @@ class Retriever:
         self.calibration = calibration or confidence.CALIBRATIONS[embedder.name]
         self.second_opinion = second_opinion
         self._terms: dict[tuple[str, str], frozenset[str]] = {}
+        self.words = BookWords(index)  # which words the book uses
         self.follow_ups = FollowUps(embedder, self._search, keep=TOP_K)
 
     async def retrieve(
@@ -201,7 +202,7 @@ class Retriever:
         """``evidence`` and the passages the second opinion would read for it (``calibration.py``'s probes)."""
         query = Query(text)
         ranked = [c for c in await self._search(dense, query, None) if c.hit.payload.get("url") != hold_out]
-        unknown = await self._unknown_names(query, ranked)
+        unknown = await self.words.unknown(query, ranked)
         kept = diversify(ranked, TOP_K)
         evidence = confidence.weighted_similarity([c.relevance for c in kept]) * known_share(query, unknown)
         return evidence, [s.passage for s in _sources(kept)]
@@ -234,7 +235,9 @@ class Retriever:
         )
         if plan(opinion.thresholds, replace(evidence, absent=1.0)) != "ask":
             return result  # whatever the book's vocabulary says: no need to look it up
-        evidence = replace(evidence, absent=await self._absent_share(question, result.candidates))
+        evidence = replace(
+            evidence, absent=await self.words.absent_share(question, [s.passage for s in result.candidates])
+        )
         if plan(opinion.thresholds, evidence) != "ask":
             return result
         passages = [(s.chunk_id, s.passage) for s in result.candidates]
@@ -273,42 +276,13 @@ class Retriever:
             second_opinion=verdict,
         )
 
-    async def _absent_share(self, question: str, candidates: Sequence[Source]) -> float:
-        """The share of the question's content words (``sparse.content``) that the book never uses, in any form."""
-        words = sparse.content(question)  # distinct, in order
-        if not words:
-            return 0.0
-        seen = set().union(*(sparse.terms(f"{' '.join(s.heading_path)}\n{s.text}") for s in candidates))
-        absent = 0
-        for word in words:
-            if not await self._uses(word, seen):
-                absent += 1
-        return absent / len(words)
-
-    async def _uses(self, term: str, seen: AbstractSet[str]) -> bool:
-        """Whether the book uses ``term``: in the retrieved passages (``seen``, their terms), in one of its forms
-        or spelled out in full where ``term`` is a clipping of a word; else anywhere in the book. A hyphenated term
-        is the book's where each of its parts is: the same compound written another way ("the ROS-TCP connector"
-        in a book of "ROS-TCP-Connector" and "ROS TCP Connector")."""
-        if not seen.isdisjoint(sparse.forms(term)) or sparse.clipped(term, seen) or await self._mentioned(term):
-            return True
-        parts = [part for part in term.split("-") if part]
-        return len(parts) > 1 and all([await self._uses(part, seen) for part in parts])
-
-    async def _mentioned(self, term: str) -> bool:
-        """Whether the book uses ``term`` or one of its forms anywhere."""
-        for form in sparse.forms(term):
-            if await self.index.mentions(sparse.Sparse((sparse.term_index(form),), (1.0,))):
-                return True
-        return False
-
     # -- textbook mode ----------------------------------------------------------------------------
 
     async def _textbook(self, asked: Asked, module: str | None) -> Retrieval:
         readings = await self.follow_ups.readings(asked)
         query = readings[0][1]
         ranked = await self.follow_ups.search(readings, asked, module)
-        unknown = await self._unknown_names(query, ranked, asked)
+        unknown = await self.words.unknown(query, ranked, asked)
         if module is None:
             return self._finish(ranked, Scope(requested_module=None, searched="all"), query, unknown, asked=asked)
 
@@ -317,7 +291,7 @@ class Retriever:
         unfiltered_confidence: float | None = None
         if filtered_confidence < confidence.PARTIAL_FILTER:
             unfiltered = await self.follow_ups.search(readings, asked, None)
-            unknown_all = await self._unknown_names(query, unfiltered, asked)
+            unknown_all = await self.words.unknown(query, unfiltered, asked)
             unfiltered_confidence = self._confidence(diversify(unfiltered, TOP_K), query, unknown_all, asked)
         decision = confidence.filter_decision(filtered_confidence, unfiltered_confidence)
         name = await self._module_title(module)  # readers see the module's title, not its folder id
@@ -408,17 +382,6 @@ class Retriever:
                 self._terms.pop(next(iter(self._terms)))
             self._terms[key] = terms
         return terms
-
-    async def _unknown_names(
-        self, query: Query, ranked: Sequence[Candidate], asked: Asked | None = None
-    ) -> tuple[str, ...]:
-        """What the question names, and its informative terms, that the book never mentions (checked in the
-        candidates, then the whole book); in context, its own content terms too (``known``)."""
-        wanted = [*query.names, *(t for t in query.informative if t not in query.names)]
-        if asked is not None and asked.in_context:
-            wanted += [t for t in asked.own_terms if t not in wanted]
-        seen = frozenset().union(*(c.terms for c in ranked))
-        return tuple([term for term in wanted if not await self._uses(term, seen)])
 
     # -- shared -----------------------------------------------------------------------------------
 

@@ -104,7 +104,7 @@ class Evidence:
     confidence: float  # common scale, after the names / terms factor
     unscaled: float  # the same before it
     unknown_rare: bool  # a term of the question the book never uses that tells (``sparse.telling``)
-    absent: float = 0.0  # the share of its content words the book never uses (``Retriever._absent_share``)
+    absent: float = 0.0  # the share of its content words the book never uses (``vocabulary.BookWords.absent_share``)
     # It names a thing the book never mentions (a product, a tool, an operator: "MobX", "GitHub Sponsors", "the scan
     # operator"; rare in English or not): the passages about its neighbours are not about it, so an answer stands
     # only where one of them answers, and a decline the names rule caused is lifted only where one answers clearly.

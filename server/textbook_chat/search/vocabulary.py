@@ -1,0 +1,60 @@
+"""Which words the book uses: what a question names or asks that the book never mentions, and how much of it.
+
+A word counts as the book's when the passages retrieved hold it (or one of its forms, or it spelled out where the
+word is a clipping of it), else when the index holds it anywhere; confidence (``context.known``) and the second
+opinion (``second_opinion.Evidence``) read what is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+
+from textbook_chat.index import sparse
+from textbook_chat.index.vectors import VectorIndex
+from textbook_chat.search.context import Asked
+from textbook_chat.search.rerank import Candidate, Query
+
+
+class BookWords:
+    def __init__(self, index: VectorIndex) -> None:
+        self.index = index
+
+    async def unknown(self, query: Query, ranked: Sequence[Candidate], asked: Asked | None = None) -> tuple[str, ...]:
+        """What the question names, and its informative terms, that the book never mentions (checked in the
+        candidates, then the whole book); in context, its own content terms too (``context.known``)."""
+        wanted = [*query.names, *(t for t in query.informative if t not in query.names)]
+        if asked is not None and asked.in_context:
+            wanted += [t for t in asked.own_terms if t not in wanted]
+        seen = frozenset().union(*(c.terms for c in ranked))
+        return tuple([term for term in wanted if not await self.uses(term, seen)])
+
+    async def absent_share(self, question: str, passages: Sequence[str]) -> float:
+        """The share of the question's content words (``sparse.content``) that the book never uses, in any form
+        (``passages``: the retrieved ones, read first)."""
+        words = sparse.content(question)  # distinct, in order
+        if not words:
+            return 0.0
+        seen = set().union(*(sparse.terms(passage) for passage in passages))
+        absent = 0
+        for word in words:
+            if not await self.uses(word, seen):
+                absent += 1
+        return absent / len(words)
+
+    async def uses(self, term: str, seen: AbstractSet[str]) -> bool:
+        """Whether the book uses ``term``: in the retrieved passages (``seen``, their terms), in one of its forms
+        or spelled out in full where ``term`` is a clipping of a word; else anywhere in the book. A hyphenated term
+        is the book's where each of its parts is: the same compound written another way ("the ROS-TCP connector"
+        in a book of "ROS-TCP-Connector" and "ROS TCP Connector")."""
+        if not seen.isdisjoint(sparse.forms(term)) or sparse.clipped(term, seen) or await self.mentioned(term):
+            return True
+        parts = [part for part in term.split("-") if part]
+        return len(parts) > 1 and all([await self.uses(part, seen) for part in parts])
+
+    async def mentioned(self, term: str) -> bool:
+        """Whether the book uses ``term`` or one of its forms anywhere."""
+        for form in sparse.forms(term):
+            if await self.index.mentions(sparse.Sparse((sparse.term_index(form),), (1.0,))):
+                return True
+        return False

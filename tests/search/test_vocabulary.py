@@ -1,0 +1,41 @@
+"""Which words the book uses, read on the demo book's real index: forms, compounds written another way, and the
+share of a question's words the book never uses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import copy_index
+from textbook_chat.core.settings import Settings
+from textbook_chat.index import sparse
+from textbook_chat.search.vocabulary import BookWords
+from textbook_chat.web.services import open_services
+
+
+@pytest.fixture(scope="module")
+async def words(demo_index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[BookWords]:
+    data = copy_index(demo_index_dir, tmp_path_factory.mktemp("vocabulary") / "data")
+    async with open_services(Settings.from_env({"DATA_DIR": str(data), "EMBEDDER": "local"}), retrieval=True) as s:
+        assert s.index is not None
+        yield BookWords(s.index)
+
+
+async def test_a_term_is_the_books_when_the_passages_or_the_index_hold_it(words: BookWords) -> None:
+    (term,) = sparse.terms("humanoids")  # terms come normalised, as the index holds them
+    assert await words.uses(term, frozenset())
+    assert not await words.uses("pasta", frozenset())
+    assert await words.uses("pasta", frozenset({"pasta"}))  # the retrieved passages are read first
+
+
+async def test_a_hyphenated_term_is_the_books_where_each_part_is(words: BookWords) -> None:
+    assert await words.uses("zero-moment", frozenset())  # "Zero Moment Point", written with a hyphen
+    assert not await words.uses("micro-ros", frozenset())  # "micro" is nowhere in the book
+    assert not await words.uses("cherry-pick", frozenset())
+
+
+async def test_the_share_of_a_questions_words_the_book_never_uses(words: BookWords) -> None:
+    assert await words.absent_share("How does a humanoid keep its balance?", []) == 0.0
+    assert await words.absent_share("How do I cook pasta al dente?", []) >= 0.5
