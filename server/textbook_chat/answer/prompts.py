@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from textbook_chat.book.docusaurus import TITLE_MAX_CHARS
 from textbook_chat.core.tokens import TokenCounter
 
 HISTORY_BUDGET_TOKENS = 1500
@@ -74,7 +75,7 @@ def build_messages(
 def _book(title: str | None) -> str:
     """How the rules name the book: its title (the book's own text: one line, no quotes or angle brackets that
     could pass for our delimiters), else generically."""
-    name = " ".join(re.sub(r"[\"<>{}]", "", title or "").split())[:120]
+    name = " ".join(re.sub(r"[\"<>{}]", "", title or "").split())[:TITLE_MAX_CHARS]
     return f'the online textbook "{name}"' if name else "an online textbook"
 
 

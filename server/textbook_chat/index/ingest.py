@@ -120,7 +120,7 @@ async def run(
             await index.set_payloads(plan.reindexed)
         await index.delete(plan.to_delete)
         title = docusaurus.book_title(path.expanduser(), book.documents[0].chapter if book.documents else None)
-        if (await index.read_metadata()).get("book_title") != title:
+        if await index.book_title() != title:
             await index.write_metadata(book_title=title)  # the model's instructions name the book (prompts.py)
         await asyncio.to_thread(embedder.prepare_queries)  # with the float32 copy the chunks were embedded by
     report = IngestReport(

@@ -80,6 +80,11 @@ class Thresholds:
         if not self.decline_below < self.overturn_above or not 0.0 <= self.band_low < self.band_high <= 1.0:
             raise ValueError(f"second-opinion thresholds out of order: {self}")
 
+    def lifts_above(self, *, named: bool) -> float:
+        """The logit a passage must beat to lift a decline: ``overturn_above``, ``NAMED_MARGIN`` more where the
+        question names a thing the book never mentions."""
+        return self.overturn_above + (NAMED_MARGIN if named else 0.0)
+
     @property
     def midpoint(self) -> float:
         """Halfway from ``decline_below`` to ``overturn_above``: over it, a decline on weak evidence alone is lifted."""
@@ -93,7 +98,7 @@ class Thresholds:
             f"{self.decline_below:.2f} with that evidence (not above {self.overturn_above:.2f} where the question "
             f"names a thing the book never mentions), "
             f"overturns a decline above {self.overturn_above:.2f} (above {self.midpoint:.2f} when only the passages' "
-            f"evidence was weak, above {self.overturn_above + NAMED_MARGIN:.2f} when it names such a thing)"
+            f"evidence was weak, above {self.lifts_above(named=True):.2f} when it names such a thing)"
         )
 
 
@@ -192,7 +197,7 @@ def settled(
     known = [s for s in scores if s is not None]
     if not known:
         return False
-    if max(known) > thresholds.overturn_above + (NAMED_MARGIN if confirming and declined else 0.0):
+    if max(known) > thresholds.lifts_above(named=confirming and declined):
         return True
     if confirming and not declined:
         return False
@@ -226,8 +231,9 @@ def _overturns(best: float, evidence: Evidence, thresholds: Thresholds) -> bool:
     """Whether the best passage lifts a decline: above the overturn logit, and clearly above it where the question
     names a thing the book never mentions; not where most of its words are not the book's and the passages alone
     declined it too."""
-    bar = thresholds.overturn_above + (NAMED_MARGIN if evidence.unknown_name else 0.0)
-    return best > bar and (evidence.unscaled >= confidence.DECLINE or evidence.absent < ABSENT)
+    return best > thresholds.lifts_above(named=evidence.unknown_name) and (
+        evidence.unscaled >= confidence.DECLINE or evidence.absent < ABSENT
+    )
 
 
 class SecondOpinion:

@@ -50,7 +50,12 @@ class BookWords:
         if not seen.isdisjoint(sparse.forms(term)) or sparse.clipped(term, seen) or await self.mentioned(term):
             return True
         parts = [part for part in term.split("-") if part]
-        return len(parts) > 1 and all([await self.uses(part, seen) for part in parts])
+        if len(parts) < 2:
+            return False
+        for part in parts:  # one at a time: the first part the book lacks settles it, with no more lookups
+            if not await self.uses(part, seen):
+                return False
+        return True
 
     async def mentioned(self, term: str) -> bool:
         """Whether the book uses ``term`` or one of its forms anywhere."""
