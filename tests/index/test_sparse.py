@@ -10,6 +10,7 @@ from textbook_chat.index.sparse import (
     content,
     document_vector,
     forms,
+    inner_words,
     names,
     query_vector,
     specific,
@@ -143,3 +144,10 @@ def test_a_derived_word_has_the_word_it_is_made_from_among_its_forms() -> None:
     assert "view" in forms("viewable") and "break" in forms("breakage") and "exploit" in forms("exploitable")
     assert not specific("viewable") and not specific("breakage") and specific("strace")
     assert forms("usable") == ["usable"]  # "us" is too short a stem to be a word's base
+
+
+def test_the_words_inside_camel_case_identifiers_are_read_apart() -> None:
+    assert inner_words("fromEvent(input).subscribe(showSearchResult)") == {"from", "event", "show", "search", "result"}
+    assert inner_words("new HttpClient(); BehaviorSubject") == {"http", "client", "behavior", "subject"}
+    # Words, acronyms, capitalised words and snake_case (which ``terms`` already splits) hold no inner capital
+    assert inner_words("Gazebo URDF ros2_control shows the robot") == frozenset()

@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import copy_index
 from textbook_chat.core.settings import Settings
 from textbook_chat.index import sparse
+from textbook_chat.index.vectors import Hit
+from textbook_chat.search.rerank import Candidate, Query
 from textbook_chat.search.vocabulary import BookWords
 from textbook_chat.web.services import open_services
 
@@ -39,3 +41,14 @@ async def test_a_hyphenated_term_is_the_books_where_each_part_is(words: BookWord
 async def test_the_share_of_a_questions_words_the_book_never_uses(words: BookWords) -> None:
     assert await words.absent_share("How does a humanoid keep its balance?", []) == 0.0
     assert await words.absent_share("How do I cook pasta al dente?", []) >= 0.5
+
+
+async def test_a_word_the_passages_write_only_inside_an_identifier_is_the_books(words: BookWords) -> None:
+    # "debounce" is nowhere in the demo book; a passage calling debounceTime() uses it
+    code = "fromEvent(box, 'input').pipe(debounceTime(300), switchMap(fetchResults)).subscribe(showResult)"
+    assert not await words.uses("debounce", frozenset())
+    passage = Candidate(Hit("c1", 1.0, 0.5, {"text": code}), 0.5, terms=frozenset(sparse.terms(code)))
+    question = Query("How do I debounce the keystrokes of a search box?")
+    assert "debounce" in await words.unknown(question, [])
+    assert "debounce" not in await words.unknown(question, [passage])
+    assert await words.absent_share("How do I debounce keystrokes?", [code]) == 0.5  # "keystrokes" is nowhere

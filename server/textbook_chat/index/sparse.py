@@ -116,6 +116,25 @@ CLIPPED_MIN = 4  # a clipped form keeps at least this many letters ("auth", "rep
 CLIPPED_BY = 3  # ... and drops at least this many ("auth" of "authorization"; not "rust" of "rusty")
 
 
+_WORDISH = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_CAMEL_PART = re.compile(r"[A-Z]?[a-z]+")
+INNER_WORDS_CACHED = 4096  # chunks whose identifiers' words are kept (``inner_words``)
+
+
+@lru_cache(maxsize=INNER_WORDS_CACHED)
+def inner_words(text: str) -> frozenset[str]:
+    """The words inside the camel-case identifiers of ``text``, lower-cased: ``showSearchResult`` holds "show",
+    "search" and "result", ``HttpClient`` "http" and "client". ``terms`` keeps such an identifier whole (one
+    lower-cased word), so a book that writes "show" only in code reads as never using it; its vocabulary
+    (``vocabulary.BookWords``) reads these too."""
+    found: set[str] = set()
+    for token in _WORDISH.findall(text):
+        if token.islower() or token.isupper() or not any(c.isupper() for c in token[1:]):
+            continue  # a word, an acronym or a capitalised word: no inner capital to split at
+        found.update(part.lower() for part in _CAMEL_PART.findall(token) if len(part) > 2)
+    return frozenset(found)
+
+
 def clipped(term: str, vocabulary: Iterable[str]) -> bool:
     """Whether ``term`` is a clipped form of a word in ``vocabulary`` ("auth" for "authorization", "config" for
     "configuration", "repo" for "repository"): a reader's short form of a word the book spells out. Only a word

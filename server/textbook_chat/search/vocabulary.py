@@ -1,7 +1,8 @@
 """Which words the book uses: what a question names or asks that the book never mentions, and how much of it.
 
 A word counts as the book's when the passages retrieved hold it (or one of its forms, or it spelled out where the
-word is a clipping of it), else when the index holds it anywhere; confidence (``context.known``) and the second
+word is a clipping of it), else when the index holds it anywhere, else when the passages write it inside an
+identifier (``showSearchResult``: ``sparse.inner_words``); confidence (``context.known``) and the second
 opinion (``second_opinion.Evidence``) read what is not.
 """
 
@@ -27,7 +28,11 @@ class BookWords:
         if asked is not None and asked.in_context:
             wanted += [t for t in asked.own_terms if t not in wanted]
         seen = frozenset().union(*(c.terms for c in ranked))
-        return tuple([term for term in wanted if not await self.uses(term, seen)])
+        missing = [term for term in wanted if not await self.uses(term, seen)]
+        if missing:  # the words the passages write only inside identifiers: read for the few terms still missing
+            inner = frozenset().union(*(sparse.inner_words(str(c.hit.payload.get("text", ""))) for c in ranked))
+            missing = [term for term in missing if inner.isdisjoint(sparse.forms(term))]
+        return tuple(missing)
 
     async def absent_share(self, question: str, passages: Sequence[str]) -> float:
         """The share of the question's content words (``sparse.content``) that the book never uses, in any form
@@ -36,11 +41,11 @@ class BookWords:
         if not words:
             return 0.0
         seen = set().union(*(sparse.terms(passage) for passage in passages))
-        absent = 0
-        for word in words:
-            if not await self.uses(word, seen):
-                absent += 1
-        return absent / len(words)
+        missing = [word for word in words if not await self.uses(word, seen)]
+        if missing:  # as in ``unknown``: a word the passages write only inside identifiers is the book's
+            inner = frozenset().union(*(sparse.inner_words(passage) for passage in passages))
+            missing = [word for word in missing if inner.isdisjoint(sparse.forms(word))]
+        return len(missing) / len(words)
 
     async def uses(self, term: str, seen: AbstractSet[str]) -> bool:
         """Whether the book uses ``term``: in the retrieved passages (``seen``, their terms), in one of its forms
