@@ -211,11 +211,9 @@ class EdgeCollection:
         points = self._run(lambda shard: shard.query(request))
         scored: list[Scored] = []
         for point in points:
-            vectors = point.vector if isinstance(point.vector, dict) else {}
-            vector = vectors.get(DENSE)
-            scored.append(
-                (str(point.id), float(point.score), dict(point.payload or {}), list(vector) if vector else None)
-            )
+            vectors = point.vector  # each read of a point's field converts it from Rust afresh: read it once
+            vector = vectors.get(DENSE) if isinstance(vectors, dict) else None
+            scored.append((str(point.id), float(point.score), point.payload or {}, vector or None))
         return scored
 
     async def mentions(self, sparse: Sparse) -> bool:
