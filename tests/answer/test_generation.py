@@ -409,3 +409,37 @@ async def test_a_failing_cross_encoder_leaves_the_answer_in_keyword_order() -> N
     request = rclpy_spin_request()
     broken = ExtractiveGenerator(pace_s=0, cross_encoder=_BrokenCrossEncoder())
     assert await broken.answer_async(request) == ExtractiveGenerator(pace_s=0).answer(request)
+
+
+class _RecordingCrossEncoder(CrossEncoder):
+    """Scores every passage alike, and keeps the question it was asked with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.questions: list[str] = []
+
+    async def ascore(self, question: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.questions.append(question)
+        return np.zeros(len(passages), dtype=np.float32)
+
+
+async def test_the_cross_encoder_reads_a_follow_up_as_asked_and_a_models_rewrite_whole() -> None:
+    """The units already share the subject retrieval added ("How do I set it up? (Gazebo Harmonic)"): their order
+    is decided by what was asked now. A model's rewrite is a question of its own, read whole."""
+    setup = source(
+        1,
+        "Set up Gazebo Harmonic from the OSRF apt repository, then check it with the gz sim command. "
+        "Set up the Gazebo Harmonic world files next to the robot's description before the first run.",
+    )
+    follow_up = GenerationRequest(
+        question="How do I set it up?",
+        sources=[setup],
+        history=[],
+        mode="textbook",
+        standalone="How do I set it up? (Gazebo Harmonic)",
+    )
+    recording = _RecordingCrossEncoder()
+    generator = ExtractiveGenerator(pace_s=0, cross_encoder=recording, cross_encoder_wait_s=math.inf)
+    await generator.answer_async(follow_up)
+    await generator.answer_async(replace(follow_up, standalone="How do I install Gazebo Harmonic on Ubuntu?"))
+    assert recording.questions == ["How do I set it up?", "How do I install Gazebo Harmonic on Ubuntu?"]

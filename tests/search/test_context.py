@@ -169,3 +169,11 @@ def test_words_that_point_back_are_never_the_subject() -> None:
     )
     assert third.subject == "notable vision-language-action model"
     assert context.read("How do I check mine for errors?", [Earlier("What is URDF?")]).in_context  # "mine" points
+
+
+def test_the_standalone_form_is_the_question_with_its_subject_in_brackets() -> None:
+    standalone = context.expanded(" How do I install it? ", "Gazebo Harmonic")
+    assert standalone == "How do I install it? (Gazebo Harmonic)"
+    assert context.is_expanded("How do I install it?", standalone)
+    assert not context.is_expanded("How do I install it?", "How do I install Gazebo Harmonic?")  # a rewrite
+    assert not context.is_expanded("How do I install it?", None)

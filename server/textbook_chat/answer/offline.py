@@ -129,11 +129,16 @@ class ExtractiveGenerator:
         return self._finish(request, plan, scores)
 
     def _pairs(self, request: GenerationRequest, plan: _Plan) -> tuple[str, list[str]] | None:
-        """What the cross-encoder reads (the question as retrieval read it, and the units worth reading), or None
-        when there is no cross-encoder or nothing worth its time."""
+        """What the cross-encoder reads (the question, and the units worth reading), or None when there is no
+        cross-encoder or nothing worth its time. A follow-up is read as asked where retrieval added its subject
+        (``context.is_expanded``): the units already share the subject's words (``_wanted``), and the order
+        should put first what answers what was asked now; a model's rewrite is a question of its own, read whole."""
         if self.cross_encoder is None or not plan.worth_reading:
             return None
-        return request.standalone or request.question, [u.scoring_text() for u in plan.to_read]
+        question = request.standalone or request.question
+        if context.is_expanded(request.question, request.standalone):
+            question = request.question
+        return question, [u.scoring_text() for u in plan.to_read]
 
     def _plan(self, request: GenerationRequest) -> _Plan | str:
         """Every unit with its keyword score, and the ones the cross-encoder should read; or a final answer."""

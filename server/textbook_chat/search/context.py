@@ -93,12 +93,23 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
     subject = " ".join(filter(None, (subject, named)))
     if not subject:
         return Asked(question)
-    standalone = f"{question.strip()} ({subject})"
+    standalone = expanded(question, subject)
     prior = _prior(earlier)
     if pointing or len(own) < 2:
         weight = _alone_weight(question, own)
         return Asked(question, standalone, CONTEXT_WEIGHT, weight, tuple(own), prior=prior, subject=subject)
     return Asked(question, standalone, own_terms=tuple(own), fallback=True, prior=prior, subject=subject)
+
+
+def expanded(question: str, subject: str) -> str:
+    """The standalone form: the question as asked, then the subject it took in brackets."""
+    return f"{question.strip()} ({subject})"
+
+
+def is_expanded(question: str, standalone: str | None) -> bool:
+    """Whether ``standalone`` is ``question`` with a subject added (``expanded``), not a question of its own (the
+    model's rewrite, ``FOLLOW_UP_REWRITE``)."""
+    return bool(standalone) and str(standalone).startswith(f"{question.strip()} (") and str(standalone).endswith(")")
 
 
 def keywords(asked: Asked) -> sparse.Sparse:
