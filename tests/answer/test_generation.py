@@ -126,15 +126,19 @@ async def test_a_follow_ups_answer_is_chosen_by_the_subject_its_standalone_form_
         "Set up the workstation's network before the lab begins, with a fixed address for every robot. "
         "Set up Gazebo Harmonic from the OSRF apt repository, then check it with the gz sim command.",
     )
-    request = GenerationRequest(
+    text = await ExtractiveGenerator(pace_s=0).answer_async(set_it_up(setup))
+    assert text.startswith("Set up Gazebo Harmonic")
+
+
+def set_it_up(*sources: Source) -> GenerationRequest:
+    """ "How do I set it up?" asked after a question about Gazebo Harmonic, as retrieval expanded it."""
+    return GenerationRequest(
         question="How do I set it up?",
-        sources=[setup],
+        sources=list(sources),
         history=[],
         mode="textbook",
         standalone="How do I set it up? (Gazebo Harmonic)",
     )
-    text = await ExtractiveGenerator(pace_s=0).answer_async(request)
-    assert text.startswith("Set up Gazebo Harmonic")
 
 
 async def test_where_no_sentence_answers_the_answer_quotes_the_matching_code_under_its_heading() -> None:
@@ -431,13 +435,7 @@ async def test_the_cross_encoder_reads_a_follow_up_as_asked_and_a_models_rewrite
         "Set up Gazebo Harmonic from the OSRF apt repository, then check it with the gz sim command. "
         "Set up the Gazebo Harmonic world files next to the robot's description before the first run.",
     )
-    follow_up = GenerationRequest(
-        question="How do I set it up?",
-        sources=[setup],
-        history=[],
-        mode="textbook",
-        standalone="How do I set it up? (Gazebo Harmonic)",
-    )
+    follow_up = set_it_up(setup)
     recording = _RecordingCrossEncoder()
     generator = ExtractiveGenerator(pace_s=0, cross_encoder=recording, cross_encoder_wait_s=math.inf)
     await generator.answer_async(follow_up)
