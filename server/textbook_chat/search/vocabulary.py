@@ -8,7 +8,7 @@ opinion (``second_opinion.Evidence``) read what is not.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
 from textbook_chat.index import sparse
@@ -29,10 +29,7 @@ class BookWords:
             wanted += [t for t in asked.own_terms if t not in wanted]
         seen = frozenset().union(*(c.terms for c in ranked))
         missing = [term for term in wanted if not await self.uses(term, seen)]
-        if missing:  # the words the passages write only inside identifiers: read for the few terms still missing
-            inner = frozenset().union(*(sparse.inner_words(str(c.hit.payload.get("text", ""))) for c in ranked))
-            missing = [term for term in missing if inner.isdisjoint(sparse.forms(term))]
-        return tuple(missing)
+        return tuple(_outside_identifiers(missing, (str(c.hit.payload.get("text", "")) for c in ranked)))
 
     async def absent_share(self, question: str, passages: Sequence[str]) -> float:
         """The share of the question's content words (``sparse.content``) that the book never uses, in any form
@@ -42,10 +39,7 @@ class BookWords:
             return 0.0
         seen = set().union(*(sparse.terms(passage) for passage in passages))
         missing = [word for word in words if not await self.uses(word, seen)]
-        if missing:  # as in ``unknown``: a word the passages write only inside identifiers is the book's
-            inner = frozenset().union(*(sparse.inner_words(passage) for passage in passages))
-            missing = [word for word in missing if inner.isdisjoint(sparse.forms(word))]
-        return len(missing) / len(words)
+        return len(_outside_identifiers(missing, passages)) / len(words)
 
     async def uses(self, term: str, seen: AbstractSet[str]) -> bool:
         """Whether the book uses ``term``: in the retrieved passages (``seen``, their terms), in one of its forms
@@ -68,3 +62,12 @@ class BookWords:
             if await self.index.mentions(sparse.Sparse((sparse.term_index(form),), (1.0,))):
                 return True
         return False
+
+
+def _outside_identifiers(missing: list[str], texts: Iterable[str]) -> list[str]:
+    """The terms of ``missing`` that ``texts`` do not write inside an identifier either (``sparse.inner_words``:
+    "show" in ``showSearchResult``); read only where some term is still missing after the passages and the index."""
+    if not missing:
+        return missing
+    inner = frozenset().union(*(sparse.inner_words(text) for text in texts))
+    return [term for term in missing if inner.isdisjoint(sparse.forms(term))]
