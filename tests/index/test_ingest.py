@@ -16,14 +16,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK, copy_index
+from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK, copy_index, fake_embedder_env
+from tests.fake_openai import FakeOpenAI
 from tests.servers import serving
 from textbook_chat.book import chunking
 from textbook_chat.book.chunking import read_book
 from textbook_chat.core.settings import Settings
 from textbook_chat.core.tokens import local_counter
 from textbook_chat.index import ingest, sparse
-from textbook_chat.index.embeddings import LocalEmbedder
+from textbook_chat.index.embeddings import Embedder, LocalEmbedder, create_embedder
 from textbook_chat.index.engine import IndexLocked
 from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.web.app import create_app
@@ -84,15 +85,15 @@ async def index(tmp_path: Path) -> AsyncIterator[VectorIndex]:
     await vector_index.close()
 
 
-def chunk_ids(book: Path) -> dict[str, str]:
-    """chunk id -> file path, as the book reads now."""
-    counter = local_counter()
+def chunk_ids(book: Path, embedder: Embedder | None = None) -> dict[str, str]:
+    """chunk id -> file path, as the book reads now, chunked for ``embedder`` (the local one by default)."""
+    counter = embedder.counter if embedder is not None else local_counter()
     chunks = read_book(
         book / "docs",
         base_url=BASE,
         count_tokens=counter.count,
-        max_tokens=LocalEmbedder.chunk_tokens,
-        overlap_tokens=LocalEmbedder.chunk_overlap,
+        max_tokens=embedder.chunk_tokens if embedder is not None else LocalEmbedder.chunk_tokens,
+        overlap_tokens=embedder.chunk_overlap if embedder is not None else LocalEmbedder.chunk_overlap,
     ).chunks
     return {c.chunk_id: c.file_path for c in chunks}
 
@@ -299,21 +300,30 @@ async def test_a_second_opener_of_the_embedded_index_is_refused(tmp_path: Path, 
 
 @pytest.fixture
 async def shared_book_api(shared_index_dir: Path, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """The app over the shared book's index, with the fake model that embedded it (``shared_index_dir``)."""
     data_dir = copy_index(shared_index_dir, tmp_path / "data")
-    app = create_app(Settings.from_env({"DATA_DIR": str(data_dir), "EMBEDDER": "local", "LOG_FORMAT": "text"}))
-    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
-        yield client
+    async with serving(FakeOpenAI().app()) as llm_url:
+        env = {"DATA_DIR": str(data_dir), "LOG_FORMAT": "text", **fake_embedder_env(llm_url)}
+        async with (
+            serving(create_app(Settings.from_env(env))) as base_url,
+            httpx.AsyncClient(base_url=base_url) as client,
+        ):
+            yield client
 
 
 @pytest.mark.slow
 async def test_the_shared_book_is_indexed_whole(shared_index_dir: Path, tmp_path: Path) -> None:
     data_dir = copy_index(shared_index_dir, tmp_path / "data")
-    vector_index = VectorIndex.from_settings(Settings.from_env({"DATA_DIR": str(data_dir)}))
+    settings = Settings.from_env({"DATA_DIR": str(data_dir), **fake_embedder_env("http://127.0.0.1:9")})
+    vector_index = VectorIndex.from_settings(settings)
+    embedder = create_embedder(settings)
     try:
         points = await indexed(vector_index)
     finally:
         await vector_index.close()
-    assert points == chunk_ids(SHARED_BOOK)
+        await embedder.aclose()
+    assert len(points) > 1000
+    assert points == chunk_ids(SHARED_BOOK, embedder)
 
 
 @pytest.mark.slow
