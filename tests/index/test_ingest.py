@@ -86,14 +86,14 @@ async def index(tmp_path: Path) -> AsyncIterator[VectorIndex]:
 
 
 def chunk_ids(book: Path, embedder: Embedder | None = None) -> dict[str, str]:
-    """chunk id -> file path, as the book reads now, chunked for ``embedder`` (the local one by default)."""
-    counter = embedder.counter if embedder is not None else local_counter()
+    """chunk id -> file path, as the book reads now, in the chunks of ``embedder`` (the local one's by default)."""
+    counter, sizes = (local_counter(), LocalEmbedder) if embedder is None else (embedder.counter, embedder)
     chunks = read_book(
         book / "docs",
         base_url=BASE,
         count_tokens=counter.count,
-        max_tokens=embedder.chunk_tokens if embedder is not None else LocalEmbedder.chunk_tokens,
-        overlap_tokens=embedder.chunk_overlap if embedder is not None else LocalEmbedder.chunk_overlap,
+        max_tokens=sizes.chunk_tokens,
+        overlap_tokens=sizes.chunk_overlap,
     ).chunks
     return {c.chunk_id: c.file_path for c in chunks}
 
@@ -314,6 +314,7 @@ async def shared_book_api(shared_index_dir: Path, tmp_path: Path) -> AsyncIterat
 @pytest.mark.slow
 async def test_the_shared_book_is_indexed_whole(shared_index_dir: Path, tmp_path: Path) -> None:
     data_dir = copy_index(shared_index_dir, tmp_path / "data")
+    # The embedder is read for how it chunks (its counter and sizes), never asked: no model needs to listen.
     settings = Settings.from_env({"DATA_DIR": str(data_dir), **fake_embedder_env("http://127.0.0.1:9")})
     vector_index = VectorIndex.from_settings(settings)
     embedder = create_embedder(settings)
