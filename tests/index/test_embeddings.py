@@ -9,6 +9,7 @@ import math
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from tests.servers import serving
 from textbook_chat.core import onnx_minilm
 from textbook_chat.core.errors import IndexMismatch, RetrievalUnavailable
 from textbook_chat.core.settings import Settings
-from textbook_chat.index.embeddings import PROBE_TEXTS, QUERY_COSINE, LocalEmbedder, OpenAIEmbedder
+from textbook_chat.index.embeddings import PROBE_TEXTS, QUERY_COSINE, LocalEmbedder, OpenAIEmbedder, Role
 from textbook_chat.index.sparse import Sparse
 from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.web.services import open_services
@@ -142,6 +143,35 @@ async def test_documents_are_embedded_off_the_event_loop(embedder: LocalEmbedder
     finally:
         task.cancel()
     assert len(vectors) == len(TEXTS) * 8 and all(len(v) == 384 for v in vectors)
+
+
+class CountingEmbedder(LocalEmbedder):
+    """The local embedder, counting the questions its model runs on."""
+
+    questions = 0
+
+    def embed(self, texts: Sequence[str], *, role: Role = "batch") -> npt.NDArray[np.float32]:
+        if role == "query":
+            self.questions += 1
+        return super().embed(texts, role=role)
+
+
+async def test_a_question_asked_twice_at_once_is_embedded_once_and_a_cancelled_callers_question_still_cached(
+    embedder: LocalEmbedder,
+) -> None:
+    counting = CountingEmbedder(embedder._data_dir)  # noqa: SLF001 -- the model files the module's embedder built
+    question = "How do I launch two nodes at once?"
+    first, second = await asyncio.gather(counting.embed_query(question), counting.embed_query(question))
+    assert first == second == await embedder.embed_query(question)
+    assert counting.questions == 1
+
+    refused = asyncio.create_task(counting.embed_query("What is a quaternion?"))
+    await asyncio.sleep(0)
+    refused.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await refused
+    await counting.embed_query("What is a quaternion?")  # the cancelled caller's embedding went on, for the cache
+    assert counting.questions == 2
 
 
 def test_the_word_table_is_read_from_its_file_row_by_row_exactly_as_saved(tmp_path: Path) -> None:
