@@ -6,6 +6,7 @@ branch can be reached on purpose; the last ones use the local MiniLM index of th
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 from collections.abc import AsyncIterator, Sequence
@@ -23,7 +24,7 @@ from textbook_chat.index.qdrant_server import ServerCollection
 from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.search import evaluate
 from textbook_chat.search.confidence import Calibration
-from textbook_chat.search.context import Asked
+from textbook_chat.search.context import Asked, Earlier
 from textbook_chat.search.retrieval import CONTEXT_BUDGET_TOKENS, Retriever, excerpt
 from textbook_chat.web.services import open_services
 
@@ -388,9 +389,30 @@ async def test_the_same_question_gets_the_same_sources_in_the_same_order_every_t
             assert [s.chunk_id for s in again.candidates] == [s.chunk_id for s in first.candidates]
 
 
-def test_exact_ties_are_broken_by_cosine_then_id() -> None:
-    import asyncio
+class CountingWordEmbedder(WordEmbedder):
+    """WordEmbedder, counting the questions it embeds."""
 
+    questions = 0
+
+    async def embed_query(self, text: str) -> list[float]:
+        self.questions += 1
+        await asyncio.sleep(0.01)  # as a model's run would: the others ask meanwhile
+        return await super().embed_query(text)
+
+
+async def test_readers_asking_the_same_first_question_at_once_share_one_retrieval(small_index: VectorIndex) -> None:
+    embedder = CountingWordEmbedder()
+    retriever = Retriever(small_index, embedder, SCALE)
+    results = await asyncio.gather(*(retriever.retrieve(GEAR) for _ in range(5)))
+    assert embedder.questions == 1 and all(r == results[0] for r in results) and results[0].sources
+    await asyncio.gather(retriever.retrieve(GEAR), retriever.retrieve(GEAR, module="m1-gears"))
+    assert embedder.questions == 3  # asked again once it was answered, and with a module filter: its own
+    earlier = [Earlier("What is a gearbox?")]
+    await asyncio.gather(*(retriever.retrieve("And how is it oiled?", earlier=earlier) for _ in range(2)))
+    assert embedder.questions > 3  # a follow-up is read in its own session's context: never shared
+
+
+def test_exact_ties_are_broken_by_cosine_then_id() -> None:
     class Tied:
         embedded = True
         upsert_batch = 64

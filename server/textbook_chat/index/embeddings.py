@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from textbook_chat.core import cpus, onnx_minilm
 from textbook_chat.core.errors import RetrievalUnavailable
+from textbook_chat.core.inflight import InFlight
 from textbook_chat.core.settings import Settings
 from textbook_chat.core.tokens import TokenCounter, counter_for_model, local_counter, wordpiece_tokenizer
 
@@ -134,7 +135,7 @@ class LocalEmbedder:
         self._background_executor: ThreadPoolExecutor | None = None  # re-ingest while serving (nice 10)
         self._cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._cache_size = query_cache_size
-        self._embedding: dict[str, asyncio.Future[npt.NDArray[np.float32]]] = {}  # questions under way
+        self._embedding = InFlight[str, npt.NDArray[np.float32]](on_result=self._keep)  # questions under way
         self._load_lock = threading.Lock()
 
     def warm_up(self) -> None:
@@ -190,36 +191,22 @@ class LocalEmbedder:
         if cached is not None:
             self._cache.move_to_end(text)
             return cached.tolist()  # type: ignore[no-any-return]
-        # Readers who ask the same question at once (a panel's suggestion) share one run of the model. Shielded: a
-        # caller cancelled (a refused question) leaves it to finish, for the cache and any other caller.
-        vector = await asyncio.shield(self._embedding_of(text))
+        # Readers who ask the same question at once (a panel's suggestion) share one run of the model.
+        vector = await self._embedding(text, functools.partial(self._embed_question, text))
         return vector.tolist()  # type: ignore[no-any-return]
 
-    def _embedding_of(self, text: str) -> asyncio.Future[npt.NDArray[np.float32]]:
-        """The question's embedding under way, started if it is not: one run of the model however many ask."""
-        loop = asyncio.get_running_loop()
-        running = self._embedding.get(text)
-        if running is None or running.get_loop() is not loop:  # another loop's (one that ended mid-question)
-            if self._query_executor is None:
-                self._query_executor = ThreadPoolExecutor(max_workers=cpus.usable(), thread_name_prefix="minilm-q")
-            running = loop.run_in_executor(self._query_executor, self._embed_question, text)
-            self._embedding[text] = running
-            running.add_done_callback(functools.partial(self._embedded, text))
-        return running
+    def _embed_question(self, text: str) -> asyncio.Future[npt.NDArray[np.float32]]:
+        if self._query_executor is None:
+            self._query_executor = ThreadPoolExecutor(max_workers=cpus.usable(), thread_name_prefix="minilm-q")
+        return asyncio.get_running_loop().run_in_executor(self._query_executor, self._question_vector, text)
 
-    def _embed_question(self, text: str) -> npt.NDArray[np.float32]:
+    def _question_vector(self, text: str) -> npt.NDArray[np.float32]:
         # Kept as float32 (1.5 KB), not as a list of Python floats (12 KB): 512 questions cost 0.8 MB, not 6.
         vector: npt.NDArray[np.float32] = self.embed([text], role="query")[0].copy()
         return vector
 
-    def _embedded(self, text: str, done: asyncio.Future[npt.NDArray[np.float32]]) -> None:
-        """On the loop, when a question's embedding ends: into the cache, unless it failed (each caller sees the
-        error; read here too, so one nobody awaited is not reported as never retrieved)."""
-        if self._embedding.get(text) is done:
-            del self._embedding[text]
-        if done.cancelled() or done.exception() is not None:
-            return
-        self._cache[text] = done.result()
+    def _keep(self, text: str, vector: npt.NDArray[np.float32]) -> None:
+        self._cache[text] = vector
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 

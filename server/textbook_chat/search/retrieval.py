@@ -8,6 +8,7 @@ opinion (``second_opinion.py``) may decline or answer after all, and orders the 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from textbook_chat.core import metrics, rarity
 from textbook_chat.core.errors import RetrievalUnavailable
+from textbook_chat.core.inflight import InFlight
 from textbook_chat.core.modes import Mode
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
@@ -151,6 +153,7 @@ class Retriever:
         self._terms: dict[tuple[str, str], frozenset[str]] = {}
         self.words = BookWords(index)  # which words the book uses
         self.follow_ups = FollowUps(embedder, self._search, keep=TOP_K)
+        self._first_questions = InFlight[tuple[str, str | None], Retrieval]()
 
     async def retrieve(
         self,
@@ -161,7 +164,21 @@ class Retriever:
         earlier: Sequence[Earlier] = (),
     ) -> Retrieval:
         """``earlier``: the session's earlier questions, oldest first; a follow-up is read in their context
-        (``context.py``). A selection is its own context, and the module filter applies as sent."""
+        (``context.py``). A selection is its own context, and the module filter applies as sent. Readers asking
+        the same first question at once (a panel's suggestion) share one retrieval of it."""
+        if not selected_text and not earlier:
+            start = functools.partial(self._retrieve, question, module=module)
+            return await self._first_questions((question, module), start)
+        return await self._retrieve(question, module=module, selected_text=selected_text, earlier=earlier)
+
+    async def _retrieve(
+        self,
+        question: str,
+        *,
+        module: str | None = None,
+        selected_text: str | None = None,
+        earlier: Sequence[Earlier] = (),
+    ) -> Retrieval:
         started = time.perf_counter()
         if selected_text:
             result = await self._selection(question, selected_text, module)
