@@ -7,7 +7,9 @@ scratch Postgres database) and asks every question of its sets that lists ``answ
 questions.jsonl and the held-out set; the demo book's questions.jsonl) through ``POST /api/chat``, one at a
 time, as one reader would: module-filter questions with their module, selection questions with their selection.
 Prints the strict fact figures (``answer/facts.py``) per set from the streamed text, and the server's
-own ``done.timings_ms.first_token`` (question accepted to first token) p50 / p90 over all answers and rounds.
+own ``done.timings_ms.first_token`` (question accepted to first token) p50 / p90 over all answers and rounds, and
+the same when BURST readers ask one question at once (a panel's suggestion clicked by a class), for the first
+BURST_QUESTIONS questions of each book.
 Indexes are built in the given DATA_DIRs when they hold none (the shared book takes a few minutes).
 """
 
@@ -28,6 +30,8 @@ from tests.conftest import DEMO_BOOK, ROOT, SHARED_BOOK
 from textbook_chat.answer import facts
 from textbook_chat.search import evaluate
 
+BURST = 50
+BURST_QUESTIONS = 10
 SETS = {
     "shared": (SHARED_BOOK, [SHARED_BOOK / "questions.jsonl", ROOT / "tests" / "data" / "heldout_questions.jsonl"]),
     "demo": (DEMO_BOOK, [DEMO_BOOK / "questions.jsonl"]),
@@ -112,7 +116,7 @@ async def ensure_index(book: Path, data_dir: Path) -> None:
 
 async def measure_book(
     name: str, data_dir: Path, rounds: int, database_url: str
-) -> tuple[dict[str, facts.AnswerFigures], list[float]]:
+) -> tuple[dict[str, facts.AnswerFigures], list[float], list[float]]:
     book, paths = SETS[name]
     await ensure_index(book, data_dir)
     port = free_port()
@@ -122,11 +126,17 @@ async def measure_book(
         "DATA_DIR": str(data_dir),
         "EMBEDDER": "local",
         "RATE_LIMIT_ANON": "1000000/hour",
+        "MAX_STREAMS_PER_CLIENT": "100000",
         "LOG_LEVEL": "warning",
     }
     by_set: dict[str, facts.AnswerFigures] = {}
     first_tokens: list[float] = []
     async with running(serve_argv(port), env) as server:
+        burst: list[float] = []
+        for question in [q for q in evaluate.load_questions(paths[0]) if q.kind == "answerable"][:BURST_QUESTIONS]:
+            replies = await asyncio.gather(*(ask(server.address, question) for _ in range(BURST)))
+            burst += [r.first_token_ms for r in replies if r.first_token_ms is not None]
+
         for path in paths:
             questions = [q for q in evaluate.load_questions(path) if q.answer_facts]
             outcomes = []
@@ -138,16 +148,18 @@ async def measure_book(
                     if round_ == 0:
                         outcomes.append(facts.score(question.id, question.kind, reply.text, question.answer_facts))
             by_set[f"{name}: {path.name}"] = facts.figures(outcomes)
-    return by_set, first_tokens
+    return by_set, first_tokens, burst
 
 
 async def measure(shared_dir: Path, demo_dir: Path, rounds: int) -> list[Figure]:
     result: list[Figure] = []
     first_tokens: list[float] = []
+    bursts: list[float] = []
     with scratch_database() as database_url:
         for name, data_dir in (("shared", shared_dir), ("demo", demo_dir)):
-            by_set, timings = await measure_book(name, data_dir, rounds, database_url)
+            by_set, timings, burst = await measure_book(name, data_dir, rounds, database_url)
             first_tokens += timings
+            bursts += burst
             for label, f in by_set.items():
                 print(f"{label}\n{facts.table(f)}\n")
                 result += [
@@ -160,6 +172,16 @@ async def measure(shared_dir: Path, demo_dir: Path, rounds: int) -> list[Figure]
     result += [
         Figure("offline first token (done.timings_ms) p50", round(percentile(first_tokens, 50), 1), "ms", 150),
         Figure("offline first token (done.timings_ms) p90", round(percentile(first_tokens, 90), 1), "ms", 400),
+        Figure(
+            f"offline first token, {BURST} readers asking one question at once, p50",
+            round(percentile(bursts, 50), 1),
+            "ms",
+        ),
+        Figure(
+            f"offline first token, {BURST} readers asking one question at once, p90",
+            round(percentile(bursts, 90), 1),
+            "ms",
+        ),
     ]
     print(f"first token over {len(first_tokens)} answers")
     return result

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from textbook_chat.core import crossencoder
@@ -48,6 +51,26 @@ def test_no_passages_gives_no_scores(model: CrossEncoder) -> None:
 async def test_ascore_runs_off_the_event_loop(model: CrossEncoder) -> None:
     scores = await asyncio.gather(*(model.ascore("What does a PID controller compute?", [PID]) for _ in range(3)))
     assert all(s[0] > 5 for s in scores)
+
+
+class CountingCrossEncoder(CrossEncoder):
+    """The cross-encoder, counting its runs."""
+
+    runs = 0
+
+    def score(self, question: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.runs += 1
+        return super().score(question, passages)
+
+
+async def test_readers_asking_the_same_at_once_share_one_run_and_other_passages_get_their_own() -> None:
+    counting = CountingCrossEncoder()
+    question = "What does a PID controller compute?"
+    same = await asyncio.gather(*(counting.ascore(question, [PID, BREAD]) for _ in range(4)))
+    assert counting.runs == 1 and all(list(s) == list(same[0]) for s in same) and same[0][0] > 5
+    await asyncio.gather(counting.ascore(question, [PID]), counting.ascore(question, [BREAD]))
+    assert counting.runs == 3
+    counting.close()
 
 
 def test_the_installed_files_are_the_pinned_ones() -> None:

