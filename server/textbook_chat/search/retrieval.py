@@ -166,18 +166,13 @@ class Retriever:
         """``earlier``: the session's earlier questions, oldest first; a follow-up is read in their context
         (``context.py``). A selection is its own context, and the module filter applies as sent. Readers asking
         the same first question at once (a panel's suggestion) share one retrieval of it."""
-        if not selected_text and not earlier:
-            start = functools.partial(self._retrieve, question, module=module)
-            return await self._first_questions((question, module), start)
-        return await self._retrieve(question, module=module, selected_text=selected_text, earlier=earlier)
+        if selected_text or earlier:
+            return await self._read(question, module, selected_text, earlier)
+        start = functools.partial(self._read, question, module, None, ())
+        return await self._first_questions((question, module), start)
 
-    async def _retrieve(
-        self,
-        question: str,
-        *,
-        module: str | None = None,
-        selected_text: str | None = None,
-        earlier: Sequence[Earlier] = (),
+    async def _read(
+        self, question: str, module: str | None, selected_text: str | None, earlier: Sequence[Earlier]
     ) -> Retrieval:
         started = time.perf_counter()
         if selected_text:
