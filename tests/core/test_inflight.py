@@ -49,6 +49,22 @@ async def test_a_cancelled_caller_leaves_the_run_to_finish_for_the_others() -> N
     assert await waiting == "result 1" and kept == ["result 1"] and work.runs == 1
 
 
+async def test_when_the_last_caller_gives_up_the_run_is_cancelled_unless_it_is_worth_finishing() -> None:
+    kept: list[str] = []
+    for cancel_abandoned in (True, False):
+        shared = InFlight[str, str](on_result=lambda key, value: kept.append(value), cancel_abandoned=cancel_abandoned)
+        work = Work()
+        refused = asyncio.create_task(shared("question", work))
+        await asyncio.sleep(0)
+        refused.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await refused
+        work.release.set()
+        await asyncio.sleep(0.01)
+        assert len(shared) == 0
+    assert kept == ["result 1"]  # only the run that was not cancelled with its last caller finished
+
+
 async def test_a_failed_run_fails_every_caller_and_is_not_kept() -> None:
     kept: list[str] = []
     shared, work = InFlight[str, str](on_result=lambda key, value: kept.append(value)), Work()

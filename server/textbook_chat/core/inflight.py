@@ -2,9 +2,10 @@
 
 A panel's suggested question is asked word for word by many readers at once; each would embed and search it again
 until the first result was kept. ``InFlight`` shares the run: callers asking for the same key while it runs await the
-same future. A caller cancelled (a refused question) leaves the run to finish for the others (it is shielded), and a
-run that fails fails for every caller and is not kept. Nothing outlives the run: what to keep after is the caller's
-(``on_result``), so nothing here can go stale.
+same future, shielded, so one caller cancelled (a refused question) does not cancel it for the others. When the last
+caller gives up, the run is cancelled too (``cancel_abandoned``), unless finishing it is worth more: work on another
+thread, which goes on regardless, is better kept. A run that fails fails for every caller and is not kept. Nothing
+outlives the run: what to keep after is the caller's (``on_result``), so nothing here can go stale.
 """
 
 from __future__ import annotations
@@ -19,13 +20,24 @@ V = TypeVar("V")
 
 
 class InFlight(Generic[K, V]):
-    def __init__(self, on_result: Callable[[K, V], None] | None = None) -> None:
+    def __init__(self, on_result: Callable[[K, V], None] | None = None, *, cancel_abandoned: bool = True) -> None:
         self._running: dict[K, asyncio.Future[V]] = {}
+        self._waiting: dict[asyncio.Future[V], int] = {}  # callers awaiting each run
         self._on_result = on_result  # called on the loop with each run's result (a cache to fill)
+        self._cancel_abandoned = cancel_abandoned
 
     async def __call__(self, key: K, start: Callable[[], Awaitable[V]]) -> V:
         """The result of the run for ``key``: the one under way, or one ``start`` begins now."""
-        return await asyncio.shield(self.running(key, start))
+        run = self.running(key, start)
+        self._waiting[run] = self._waiting.get(run, 0) + 1
+        try:
+            return await asyncio.shield(run)
+        finally:
+            left = self._waiting.pop(run) - 1
+            if left:
+                self._waiting[run] = left
+            elif self._cancel_abandoned and not run.done():
+                run.cancel()  # the last caller gave up: nobody reads what it would find
 
     def running(self, key: K, start: Callable[[], Awaitable[V]]) -> asyncio.Future[V]:
         loop = asyncio.get_running_loop()

@@ -135,7 +135,8 @@ class LocalEmbedder:
         self._background_executor: ThreadPoolExecutor | None = None  # re-ingest while serving (nice 10)
         self._cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._cache_size = query_cache_size
-        self._embedding = InFlight[str, npt.NDArray[np.float32]](on_result=self._keep)  # questions under way
+        # Questions under way; one given up on still runs to the end on its thread, so its vector is kept.
+        self._embedding = InFlight[str, npt.NDArray[np.float32]](on_result=self._keep, cancel_abandoned=False)
         self._load_lock = threading.Lock()
 
     def warm_up(self) -> None:
