@@ -1,5 +1,6 @@
 """The embedded engine (Qdrant Edge): metadata kept beside the shard, one opener, a killed ingest leaves a
-consistent index, and an index of the older embedded format says what to run."""
+consistent index, an index of the older embedded format says what to run, and a reopened index holds neither its
+write-ahead log in memory nor more than one search thread."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import DEMO_BOOK, ROOT
 from textbook_chat.core.settings import Settings
 from textbook_chat.index import ingest, sparse
 from textbook_chat.index.engine import IndexLocked
+from textbook_chat.index.sparse import Sparse
 from textbook_chat.index.vectors import VectorIndex
 from textbook_chat.web.services import open_services
 
@@ -97,3 +101,56 @@ async def test_an_index_of_the_older_embedded_format_says_what_to_run(
     assert not exists
     assert len(warned) == 1 and "older version" in warned[0] and "python -m textbook_chat ingest" in warned[0]
     assert not (old / "meta.json").exists() and not (old / "collection").exists()  # rebuilt in the new format
+
+
+def _resident_kib(folder: Path) -> int:
+    """This process's resident KiB of the files mapped under ``folder`` (/proc/self/smaps)."""
+    prefix, inside, total = f"{folder.resolve()}/", False, 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
+            inside = len(fields) >= 6 and fields[5].startswith(prefix)
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+def _search_threads() -> int:
+    return sum(1 for task in Path("/proc/self/task").iterdir() if _comm(task).startswith("edge-search"))
+
+
+def _comm(task: Path) -> str:
+    try:
+        return (task / "comm").read_text()
+    except OSError:  # the thread ended while listed
+        return ""
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc (Linux)")
+async def test_a_reopened_index_holds_no_log_in_memory_and_searches_on_one_thread(tmp_path: Path) -> None:
+    dim, count = 128, 800
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((count, dim)).astype(np.float32)
+    index = VectorIndex.from_settings(_settings(tmp_path))
+    try:
+        await index.ensure_collection(embedder="local", model="m", dim=dim)
+        await index.upsert(
+            [str(uuid.UUID(int=i + 1)) for i in range(count)],
+            [list(v / np.linalg.norm(v)) for v in vectors],
+            [Sparse((i % 50, 100 + i % 7), (1.0, 0.5)) for i in range(count)],
+            [{"module": "m", "file_path": f"doc-{i % 9}.md", "text": "words " * 40} for i in range(count)],
+        )
+    finally:
+        await index.close()
+    wal = next(tmp_path.rglob("wal"))
+    assert sum(f.stat().st_blocks for f in wal.iterdir()) * 512 > 512 * 1024  # the log holds every write
+
+    before = _search_threads()
+    again = VectorIndex.from_settings(_settings(tmp_path))
+    try:
+        assert _resident_kib(wal) <= 64  # read to replay, then handed back (it was the whole log)
+        assert _search_threads() - before == 1
+        hits = await again.hybrid_search(list(vectors[5] / np.linalg.norm(vectors[5])), Sparse((5,), (1.0,)), limit=3)
+        assert hits[0].id == str(uuid.UUID(int=6))
+    finally:
+        await again.close()

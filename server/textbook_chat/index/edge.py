@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import qdrant_edge as edge
 
-from textbook_chat.core import private
+from textbook_chat.core import memory, private
 from textbook_chat.index.engine import DENSE, RRF_K, SPARSE, EngineError, HybridQuery, IndexLocked, Scored
 from textbook_chat.index.sparse import Sparse
 
@@ -81,12 +81,32 @@ class EdgeCollection:
         return (self.root / "meta.json").exists() or (self.root / "collection").is_dir()
 
     def _load(self) -> edge.EdgeShard:
+        # With the config, Edge checks it against the shard's and keeps it: a shard made before
+        # ``max_search_threads`` was set takes it here. Without a dimension (no metadata yet), as stored.
+        dim = self._stored_dim()
         try:
-            return edge.EdgeShard.load(str(self.path))
+            try:
+                shard = edge.EdgeShard.load(str(self.path), _config(dim) if dim else None)
+            except Exception as exc:
+                if dim is None or "WouldBlock" in str(exc):
+                    raise
+                log.warning("the embedded index at %s keeps its stored settings: %s", self.path, exc)
+                shard = edge.EdgeShard.load(str(self.path))
         except Exception as exc:
             if "WouldBlock" in str(exc):
                 raise IndexLocked(_LOCKED.format(root=self.root)) from None
             raise EngineError(f"the embedded index at {self.path} cannot be opened: {exc}") from exc
+        # Loading reads the whole write-ahead log (every write since the shard was made: 8 MB for the shared
+        # book's 2,379 chunks), and its pages stay resident though only the log's tail is written again.
+        memory.release_file_pages(self.path / "wal")
+        return shard
+
+    def _stored_dim(self) -> int | None:
+        try:
+            dim = json.loads(self.meta_path.read_text(encoding="utf-8")).get("dim")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return dim if isinstance(dim, int) and dim > 0 else None
 
     def _open_shard(self) -> edge.EdgeShard:
         if self._shard is None:
@@ -111,12 +131,7 @@ class EdgeCollection:
         return self._shard is not None and self.meta_path.exists()
 
     async def create(self, dim: int, metadata: dict[str, Any]) -> None:
-        config = edge.EdgeConfig(
-            # Cold: memory-mapped and read on first use, not pre-warmed. The vectors are a few MB (every query
-            # reads them all), but a pre-warmed segment reads its whole preallocated 32 MB chunk into RSS.
-            vectors={DENSE: edge.EdgeVectorParams(size=dim, distance=edge.Distance.Cosine, memory=edge.Memory.Cold)},
-            sparse_vectors={SPARSE: edge.EdgeSparseVectorParams(modifier=edge.Modifier.Idf)},
-        )
+        config = _config(dim)
         await self.drop()
         private.own_dir(self.path.parent)
         try:
@@ -227,3 +242,16 @@ class EdgeCollection:
             return call(shard)
         except Exception as exc:
             raise EngineError(f"embedded index: {exc}") from exc
+
+
+def _config(dim: int) -> edge.EdgeConfig:
+    return edge.EdgeConfig(
+        # Cold: memory-mapped and read on first use, not pre-warmed. The vectors are a few MB (every query
+        # reads them all), but a pre-warmed segment reads its whole preallocated 32 MB chunk into RSS.
+        vectors={DENSE: edge.EdgeVectorParams(size=dim, distance=edge.Distance.Cosine, memory=edge.Memory.Cold)},
+        sparse_vectors={SPARSE: edge.EdgeSparseVectorParams(modifier=edge.Modifier.Idf)},
+        # One search thread, not Edge's default of eight: a query holds the GIL and takes under a millisecond
+        # over one or two segments, so more threads only wait. On the shared book: p50 0.40 ms against 0.57,
+        # 7 threads and ~2.4 MB of RSS fewer (docs/results/2026-11.md, seventh session).
+        max_search_threads=1,
+    )

@@ -6,8 +6,6 @@ Nothing is built at import time; ``create_app(settings)`` builds one app (tests 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import errno
 import gc
 import logging
@@ -28,7 +26,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Match, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from textbook_chat.core import logs, metrics
+from textbook_chat.core import logs, memory, metrics
 from textbook_chat.core.errors import AppError, MethodNotAllowed, NotFound, PayloadTooLarge
 from textbook_chat.core.settings import Settings
 from textbook_chat.index import ingest
@@ -151,18 +149,7 @@ def _freeze_heap() -> None:
     """
     gc.collect()
     gc.freeze()
-    _return_free_memory()
-
-
-def _return_free_memory() -> None:
-    """Hand the heap that loading left free (the model file's parse, an ingest's batches) back to the OS.
-
-    glibc keeps freed memory for reuse; after start-up it stays unused and counts in RSS (~15-30 MB here).
-    """
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to do
-        pass
+    memory.return_free_heap()  # what loading left free (~15-30 MB here)
 
 
 async def _openapi(request: Request) -> JSONResponse:
