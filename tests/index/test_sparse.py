@@ -146,6 +146,15 @@ def test_a_derived_word_has_the_word_it_is_made_from_among_its_forms() -> None:
     assert forms("usable") == ["usable"]  # "us" is too short a stem to be a word's base
 
 
+def test_a_prefixed_derivative_of_a_common_word_is_no_specific_term_nor_the_word_itself() -> None:
+    """ "overexposed" is not in wordfreq's small list, but it is English made of "exposed": a reader's paraphrase, not
+    a tool the book never names. A book that says "exposed" still does not say "overexposed" (not one of its forms),
+    and names made without a prefix stay specific."""
+    assert not specific("overexposed") and not specific("misconfigured") and not specific("preinstalled")
+    assert "exposed" not in forms("overexposed")
+    assert specific("certbot") and specific("strace") and specific("useinbandfec") and specific("unmute")
+
+
 def test_the_words_inside_camel_case_identifiers_are_read_apart() -> None:
     assert inner_words("fromEvent(input).subscribe(showSearchResult)") == {"from", "event", "show", "search", "result"}
     assert inner_words("new HttpClient(); BehaviorSubject") == {"http", "client", "behavior", "subject"}

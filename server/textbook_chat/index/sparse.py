@@ -148,11 +148,18 @@ def specific(term: str) -> bool:
     """Whether a lower-case word is rare enough in English that a book answering about it must use it: under
     ``rarity.RARE_BELOW`` in wordfreq's list ("strace", "conda", "quadcopter"; not "gait" or "yolk"), or, without
     the list, by its word pieces."""
-    rare = rarity.rare(term, forms(term))
+    rare = rarity.rare(term, [*forms(term), *(form for base in _unprefixed(term) for form in forms(base))])
     if rare is not None:
         return rare
     pieces = _pieces(term)
     return len(pieces) >= SPECIFIC_PIECES or (len(pieces) == 2 and len(pieces[0]) <= FRAGMENT_CHARS)
+
+
+def _unprefixed(term: str) -> list[str]:
+    """The word a prefixed one is made from ("overexposed" -> "exposed", "misconfigured" -> "configured"): an
+    English derivative of a common word is no more specific than the word (wordfreq's small list lacks most of
+    them). Only for the rarity of a word: a book that uses "exposed" does not use "overexposed"."""
+    return [term[len(prefix) :] for prefix in _PREFIXES if term.startswith(prefix) and len(term) - len(prefix) >= 4]
 
 
 def telling(term: str) -> bool:
@@ -198,6 +205,11 @@ _DERIVATIONS = (
     ("less", ""), ("ful", ""), ("ly", ""),
 )  # fmt: skip
 _JOINERS = re.compile(r"[._/+\-]")
+# English derivational prefixes of three letters and more (two-letter ones, "re" "un" "de" "co", make too many
+# accidental words of names: "redis", "unity", "debian", "conda").
+_PREFIXES = (
+    "counter", "super", "inter", "under", "multi", "over", "anti", "semi", "out", "pre", "mis", "non", "dis", "sub",
+)  # fmt: skip
 _INFLECTIONS = (("ing", ""), ("ing", "e"), ("ied", "y"), ("ed", ""), ("ed", "e"), ("ies", "y"), ("es", ""), ("er", ""))
 
 
