@@ -50,9 +50,10 @@ DEFAULT_OVERTURN_ABOVE = 1.0
 # did; 4 leaves room.
 LIFT_MARGIN = 4.0
 # How far above the overturn logit a passage must score to lift a decline of a question naming a thing the book
-# never mentions: a passage about its neighbours reached overturn + 1.2 ("How does the scan operator keep a running
-# total?" against the passage on reduce), one that answered a name the book spells another way overturn + 3.7 ("the
-# ROS-TCP connector", before hyphenated names were matched by their parts).
+# never mentions, or to keep an answer to one: a passage about its neighbours reached overturn + 1.2 ("How does the
+# scan operator keep a running total?" against the passage on reduce; "the same with the Zoom Video SDK?" read with
+# the subject it took, against the book's own SDK page), one that answered a name the book spells another way
+# overturn + 3.7 ("the ROS-TCP connector", before hyphenated names were matched by their parts).
 NAMED_MARGIN = 2.0
 # The share of a question's content words the book never uses, in any form, from which that is evidence the book
 # does not answer it: readers' paraphrases of the three books reached 0.33, questions about other subjects 0.5-1.0.
@@ -111,8 +112,8 @@ class Evidence:
     unknown_rare: bool  # a term of the question the book never uses that tells (``sparse.telling``)
     absent: float = 0.0  # the share of its content words the book never uses (``vocabulary.BookWords.absent_share``)
     # It names a thing the book never mentions (a product, a tool, an operator: "MobX", "GitHub Sponsors", "the scan
-    # operator"; rare in English or not): the passages about its neighbours are not about it, so an answer stands
-    # only where one of them answers, and a decline the names rule caused is lifted only where one answers clearly.
+    # operator"; rare in English or not): the passages about its neighbours are not about it, so an answer stands,
+    # and a decline the names rule caused is lifted, only where one of them answers clearly (``NAMED_MARGIN``).
     unknown_name: bool = False
 
     def doubts(self, thresholds: Thresholds) -> bool:
@@ -192,12 +193,12 @@ def settled(
     passage answers clearly; or, on an answer, one passage is not clearly off (a decline needs every pair read low),
     or two are far below the decline logit (``CLEARLY_OFF``); or, on a decline, the first stage's best passage
     clearly does not answer (the two stages agree). ``confirming``: the question names a thing the book never
-    mentions; an answer to it is settled only by a passage that answers, a decline of it only by one that answers
-    clearly (``NAMED_MARGIN``) or by the first passage clearly off."""
+    mentions; an answer to it is settled only by a passage that answers clearly (``NAMED_MARGIN``), a decline of
+    it by such a passage or by the first passage clearly off."""
     known = [s for s in scores if s is not None]
     if not known:
         return False
-    if max(known) > thresholds.lifts_above(named=confirming and declined):
+    if max(known) > thresholds.lifts_above(named=confirming):
         return True
     if confirming and not declined:
         return False
@@ -223,8 +224,10 @@ def lifted(scores: Sequence[float | None], margin: float = LIFT_MARGIN) -> tuple
 
 
 def _unconfirmed(best: float, evidence: Evidence, thresholds: Thresholds) -> bool:
-    """An answer naming a thing the book never mentions, with no passage the cross-encoder says answers."""
-    return evidence.unknown_name and best <= thresholds.overturn_above
+    """An answer naming a thing the book never mentions, with no passage the cross-encoder says clearly answers: a
+    follow-up is read with the subject it took, which makes the book's passages on that subject look like answers
+    ("how would I do the same with the Zoom Video SDK?" after the book's own SDK: overturn + 1.2)."""
+    return evidence.unknown_name and best <= thresholds.lifts_above(named=True)
 
 
 def _overturns(best: float, evidence: Evidence, thresholds: Thresholds) -> bool:
