@@ -28,6 +28,14 @@ def test_an_ellipsis_takes_the_subject_too() -> None:
     assert asked.standalone == "And actions? (services ROS 2)"
 
 
+def test_also_adds_to_the_subject_before() -> None:
+    """ "What if I also want to record meetings?" asks for more of the last subject (the server's hardware), not a
+    new one: read in context outright, not only as a fallback."""
+    asked = context.read("What if I also want to record meetings?", [Earlier("What hardware does a server need?")])
+    assert asked.in_context and not asked.fallback
+    assert asked.standalone == "What if I also want to record meetings? (hardware server)"
+
+
 def test_a_question_naming_its_own_subject_takes_no_context() -> None:
     """A topic switch is never drowned by the topic before it: it is read exactly as a first question is."""
     switches = ("What is the Zero Moment Point?", "How do I implement a service client in ROS 2?", "What is DDS?")

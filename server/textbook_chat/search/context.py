@@ -15,11 +15,12 @@ import numpy as np
 from textbook_chat.index import sparse
 from textbook_chat.search.rerank import Candidate, Query, known_share
 
-# Words that point back at something said before: a question holding one reads its subject from the conversation.
+# Words that point back at something said before: a question holding one reads its subject from the conversation
+# ("also" adds to it: "what if I also want to record meetings?" after the server's hardware asks for more of it).
 _POINTING = frozenset(
     """it its it's itself they them their theirs themselves this that these those one ones former latter other
     others another second first third last previous above same such then he she him her his hers mine yours
-    ours""".split()
+    ours also""".split()
 )
 # Openings of an ellipsis: "and its limits?", "what about actions?", "or the other way round?"
 _ELLIPSIS = re.compile(r"^\s*(?:and|or|but|also|so|what about|how about|same for|and what about)\b", re.I)
