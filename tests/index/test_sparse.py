@@ -7,6 +7,7 @@ import pytest
 from textbook_chat.index.sparse import (
     KeywordIndex,
     clipped,
+    compound_names,
     content,
     document_vector,
     forms,
@@ -153,6 +154,16 @@ def test_a_prefixed_derivative_of_a_common_word_is_no_specific_term_nor_the_word
     assert not specific("overexposed") and not specific("misconfigured") and not specific("preinstalled")
     assert "exposed" not in forms("overexposed")
     assert specific("certbot") and specific("strace") and specific("useinbandfec") and specific("unmute")
+
+
+def test_a_name_of_several_words_is_read_whole_too() -> None:
+    """Runs of adjacent name words: "Microsoft Teams" is one thing, not Microsoft and teams."""
+    assert compound_names("Does Microsoft Teams offer the same as the Zoom Video SDK?") == [
+        "microsoft teams",
+        "zoom video sdk",
+    ]
+    assert compound_names("How do I install ROS 2 Humble on Ubuntu?") == []  # a number breaks a run
+    assert compound_names("What is Gazebo? And Isaac Sim?") == ["isaac sim"]  # "And" opens a sentence: no name
 
 
 def test_the_words_inside_camel_case_identifiers_are_read_apart() -> None:

@@ -1,5 +1,5 @@
-"""Which words the book uses, read on the demo book's real index: forms, compounds written another way, and the
-share of a question's words the book never uses."""
+"""Which words the book uses, read on the demo book's real index: forms, compounds written another way, the share
+of a question's words the book never uses, and names of several words its passages never write together."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from textbook_chat.core.settings import Settings
 from textbook_chat.index import sparse
 from textbook_chat.index.vectors import Hit
 from textbook_chat.search.rerank import Candidate, Query
-from textbook_chat.search.vocabulary import BookWords
+from textbook_chat.search.vocabulary import BookWords, unwritten_compounds
 from textbook_chat.web.services import open_services
 
 
@@ -52,3 +52,17 @@ async def test_a_word_the_passages_write_only_inside_an_identifier_is_the_books(
     assert "debounce" in await words.unknown(question, [])
     assert "debounce" not in await words.unknown(question, [passage])
     assert await words.absent_share("How do I debounce keystrokes?", [code]) == 0.5  # "keystrokes" is nowhere
+
+
+def test_a_name_of_several_words_the_passages_never_write_together_is_unwritten() -> None:
+    """A book of "Microsoft Outlook" and "teams" says nothing of Microsoft Teams; a name it writes together, in
+    any spacing, case or Markdown, is its own; a compound holding a word the book never uses is the names rule's."""
+    passages = [
+        "Sync with **Microsoft** Outlook calendars.",
+        "Breakout rooms let teams split up.",
+        "Use Let's Encrypt.",
+    ]
+    asked = "Does Microsoft Teams offer this, like Microsoft Outlook and Let's Encrypt do?"
+    assert unwritten_compounds(asked, passages, unknown=()) == ["microsoft teams"]
+    assert unwritten_compounds("Is the Zoom Video SDK the same?", passages, unknown=("zoom",)) == []
+    assert unwritten_compounds("How do I start a meeting?", passages, unknown=()) == []

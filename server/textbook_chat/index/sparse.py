@@ -274,6 +274,25 @@ def names(text: str) -> list[str]:
 _OPENERS = " \t\"'(“‘*_-+>#"  # what may stand between a sentence's or a line's start and its first word
 
 
+def compound_names(text: str) -> list[str]:
+    """What a question names in two or more words ("Microsoft Teams", "Google Meet", "Zoom Video SDK"): runs of
+    adjacent name words (as ``names`` reads them), each as its lower-case words joined by single spaces."""
+    text = text.translate(_HYPHENS)
+    own = set(names(text))
+    runs: list[list[str]] = [[]]
+    end = 0
+    for match in _NAME.finditer(text):
+        token = match.group()
+        parts = terms(token)
+        is_name = bool(parts) and parts[0] in own and (token[0].isupper() or any(c.isdigit() for c in token))
+        if not is_name or text[end : match.start()].strip() or not runs[-1]:
+            runs.append([])
+        if is_name:
+            runs[-1].append(token.lower())
+        end = match.end()
+    return list(dict.fromkeys(" ".join(run) for run in runs if len(run) >= 2))
+
+
 def _starts_sentence(text: str, start: int) -> bool:
     """Whether a word opens a sentence ("… AI? Thanks!") or a line's list item or quotation ("- Set gravity",
     "“Setup”" in an answer a follow-up reads), where capitals are grammar, not a name."""

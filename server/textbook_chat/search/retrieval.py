@@ -21,7 +21,7 @@ from textbook_chat.core.modes import Mode
 from textbook_chat.index import sparse
 from textbook_chat.index.embeddings import Embedder
 from textbook_chat.index.vectors import Hit, VectorIndex
-from textbook_chat.search import compound, confidence, context, passages
+from textbook_chat.search import compound, confidence, context, passages, vocabulary
 from textbook_chat.search.confidence import Calibration, Level
 from textbook_chat.search.context import Asked, Earlier
 from textbook_chat.search.followup import FollowUps
@@ -239,21 +239,20 @@ class Retriever:
         if opinion is None or not result.candidates:
             return result
         unknown = set(result.unknown_terms)
+        retrieved = [(s.chunk_id, s.passage) for s in result.candidates]
+        unwritten = vocabulary.unwritten_compounds(question, [passage for _, passage in retrieved], unknown)
         evidence = Evidence(
             confidence=result.confidence,
             unscaled=result.unscaled,
             unknown_rare=any(sparse.telling(t) for t in unknown),
-            unknown_name=bool(unknown & set(sparse.names(question))),
+            unknown_name=bool(unknown & set(sparse.names(question))) or bool(unwritten),
         )
         if plan(opinion.thresholds, replace(evidence, absent=1.0)) != "ask":
             return result  # whatever the book's vocabulary says: no need to look it up
-        evidence = replace(
-            evidence, absent=await self.words.absent_share(question, [s.passage for s in result.candidates])
-        )
+        evidence = replace(evidence, absent=await self.words.absent_share(question, [p for _, p in retrieved]))
         if plan(opinion.thresholds, evidence) != "ask":
             return result
-        passages = [(s.chunk_id, s.passage) for s in result.candidates]
-        verdict = await opinion.judge(standalone or question, passages, evidence)
+        verdict = await opinion.judge(standalone or question, retrieved, evidence)
         if verdict is None:
             return result
         metrics.SECOND_OPINIONS.labels(verdict.change or "kept").inc()

@@ -8,6 +8,7 @@ opinion (``second_opinion.Evidence``) read what is not.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -62,6 +63,28 @@ class BookWords:
             if await self.index.mentions(sparse.Sparse((sparse.term_index(form),), (1.0,))):
                 return True
         return False
+
+
+def unwritten_compounds(question: str, passages: Sequence[str], unknown: Iterable[str]) -> list[str]:
+    """What the question names in several words ("Microsoft Teams", ``sparse.compound_names``) that the passages
+    never write together (spaced, hyphenated, joined, in Markdown: ``_JOINED``), though the book uses each word: a
+    book of "Microsoft Outlook" and "teams" says nothing of Microsoft Teams. Read in the retrieved passages only: a
+    book that writes the name has it among them, the question's words being its keywords. A compound with a word
+    the book never uses is left to the names rule (``unknown``)."""
+    absent = set(unknown)
+    found = []
+    texts = [passage.lower() for passage in passages]
+    for compound in sparse.compound_names(question):
+        words = compound.split()
+        if any(part in absent for word in words for part in sparse.terms(word)):
+            continue
+        written = re.compile(r"(?<![a-z0-9])" + _JOINED.join(map(re.escape, words)) + r"(?![a-z0-9])")
+        if not any(written.search(text) for text in texts):
+            found.append(compound)
+    return found
+
+
+_JOINED = r"[^a-z0-9]{0,3}"  # what may stand between a name's words: "Let's Encrypt", "**Microsoft** Teams", "Zoom-SDK"
 
 
 def _outside_identifiers(missing: list[str], texts: Iterable[str]) -> list[str]:
