@@ -276,7 +276,8 @@ _OPENERS = " \t\"'(“‘*_-+>#"  # what may stand between a sentence's or a lin
 
 def compound_names(text: str) -> list[str]:
     """What a question names in two or more words ("Microsoft Teams", "Google Meet", "Zoom Video SDK"): runs of
-    adjacent name words (as ``names`` reads them), each as its lower-case words joined by single spaces."""
+    adjacent name words (as ``names`` reads them), each as its lower-case words joined by single spaces; at most
+    ``MAX_QUERY_TERMS``."""
     text = text.translate(_HYPHENS)
     own = set(names(text))
     runs: list[list[str]] = [[]]
@@ -290,7 +291,7 @@ def compound_names(text: str) -> list[str]:
         if is_name:
             runs[-1].append(token.lower())
         end = match.end()
-    return list(dict.fromkeys(" ".join(run) for run in runs if len(run) >= 2))
+    return bounded([" ".join(run) for run in runs if len(run) >= 2])
 
 
 def _starts_sentence(text: str, start: int) -> bool:
