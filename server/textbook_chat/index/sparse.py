@@ -11,7 +11,7 @@ import hashlib
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -251,7 +251,17 @@ def names(text: str) -> list[str]:
     A question with no lower-case letter (caps lock) says nothing by its capitals: only digits, dots and
     underscores make a name there."""
     found: list[str] = []
-    text = text.translate(_HYPHENS)
+    for match in _named(text.translate(_HYPHENS)):
+        parts = terms(match.group())
+        if parts[0] not in found:
+            found.append(parts[0])  # the whole identifier comes first; its parts are ordinary words
+            if len(found) == MAX_QUERY_TERMS:
+                break
+    return found
+
+
+def _named(text: str) -> Iterator[re.Match[str]]:
+    """The words of ``text`` that name something (``names``), in order."""
     cased = any(c.islower() for c in text)
     kinds = {match.start(1) for match in _KIND_NAMED.finditer(text) if match.group(1).lower() not in _ASKING}
     for position, match in enumerate(_NAME.finditer(text)):
@@ -263,12 +273,8 @@ def names(text: str) -> list[str]:
             continue
         if all(c.isdigit() or c in "._" for c in token):
             continue  # a bare number ("case 17", "2022", "3.10") is a quantity, not a thing the book must name
-        parts = terms(token)
-        if parts and parts[0] not in found:
-            found.append(parts[0])  # the whole identifier comes first; its parts are ordinary words
-            if len(found) == MAX_QUERY_TERMS:
-                break
-    return found
+        if terms(token):
+            yield match
 
 
 _OPENERS = " \t\"'(“‘*_-+>#"  # what may stand between a sentence's or a line's start and its first word
@@ -276,20 +282,20 @@ _OPENERS = " \t\"'(“‘*_-+>#"  # what may stand between a sentence's or a lin
 
 def compound_names(text: str) -> list[str]:
     """What a question names in two or more words ("Microsoft Teams", "Google Meet", "Zoom Video SDK"): runs of
-    adjacent name words (as ``names`` reads them), each as its lower-case words joined by single spaces; at most
-    ``MAX_QUERY_TERMS``."""
+    name words (``names``), capitalised or holding a digit, with only spaces between, each as its lower-case words
+    joined by single spaces; at most ``MAX_QUERY_TERMS``."""
     text = text.translate(_HYPHENS)
-    own = set(names(text))
-    runs: list[list[str]] = [[]]
-    end = 0
-    for match in _NAME.finditer(text):
+    runs: list[list[str]] = []
+    end = -1
+    for match in _named(text):
         token = match.group()
-        parts = terms(token)
-        is_name = bool(parts) and parts[0] in own and (token[0].isupper() or any(c.isdigit() for c in token))
-        if not is_name or text[end : match.start()].strip() or not runs[-1]:
-            runs.append([])
-        if is_name:
+        if not (token[0].isupper() or any(c.isdigit() for c in token)):
+            continue
+        between = text[end : match.start()] if end >= 0 else ""
+        if runs and between and not between.strip():
             runs[-1].append(token.lower())
+        else:
+            runs.append([token.lower()])
         end = match.end()
     return bounded([" ".join(run) for run in runs if len(run) >= 2])
 
