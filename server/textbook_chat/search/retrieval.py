@@ -239,17 +239,21 @@ class Retriever:
         if opinion is None or not result.candidates:
             return result
         unknown = set(result.unknown_terms)
-        retrieved = [(s.chunk_id, s.passage) for s in result.candidates]
-        unwritten = vocabulary.unwritten_compounds(question, [passage for _, passage in retrieved], unknown)
         evidence = Evidence(
             confidence=result.confidence,
             unscaled=result.unscaled,
             unknown_rare=any(sparse.telling(t) for t in unknown),
-            unknown_name=bool(unknown & set(sparse.names(question))) or bool(unwritten),
+            unknown_name=bool(unknown & set(sparse.names(question))),
         )
         if plan(opinion.thresholds, replace(evidence, absent=1.0)) != "ask":
-            return result  # whatever the book's vocabulary says: no need to look it up
-        evidence = replace(evidence, absent=await self.words.absent_share(question, [p for _, p in retrieved]))
+            return result  # whatever the book's vocabulary says (its words, its names): no need to look it up
+        retrieved = [(s.chunk_id, s.passage) for s in result.candidates]
+        texts = [passage for _, passage in retrieved]
+        evidence = replace(
+            evidence,
+            absent=await self.words.absent_share(question, texts),
+            unknown_name=evidence.unknown_name or bool(vocabulary.unwritten_compounds(question, texts, unknown)),
+        )
         if plan(opinion.thresholds, evidence) != "ask":
             return result
         verdict = await opinion.judge(standalone or question, retrieved, evidence)
