@@ -251,7 +251,7 @@ def _config(dim: int) -> edge.EdgeConfig:
         vectors={DENSE: edge.EdgeVectorParams(size=dim, distance=edge.Distance.Cosine, memory=edge.Memory.Cold)},
         sparse_vectors={SPARSE: edge.EdgeSparseVectorParams(modifier=edge.Modifier.Idf)},
         # One search thread, not Edge's default of eight: a query holds the GIL and takes under a millisecond
-        # over one or two segments, so more threads only wait. On the shared book: p50 0.40 ms against 0.57,
-        # 7 threads and ~2.4 MB of RSS fewer (docs/results/2026-11.md, seventh session).
+        # over one or two segments, so more threads only wait. The shared book's shard, random queries: p50 0.40 ms
+        # against 0.57, 7 threads and ~2.4 MB of RSS fewer (docs/results/2026-11.md, seventh session).
         max_search_threads=1,
     )
