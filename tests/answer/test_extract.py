@@ -193,6 +193,19 @@ def test_a_lead_in_with_emphasis_or_space_after_its_colon_takes_its_marker_befor
     assert rendered.startswith("**The launch file does three things [2]:**\n\n- starts the driver")
 
 
+def test_a_listing_no_sentence_introduces_is_a_unit_of_its_own_and_a_lead_ins_listing_is_quoted_once() -> None:
+    text = (
+        "### Cancelling a goal\n```python\ndef cancel_callback(self, goal_handle):\n"
+        "    return CancelResponse.ACCEPT\n```\n\n"
+        "To start the server:\n\n```bash\nros2 run demo action_server --ros-args -p rate:=10\n```\n"
+    )
+    found = units(text, 1)
+    assert [u.bare_code for u in found] == [True, False]
+    assert found[0].heading == "Cancelling a goal" and "CancelResponse.ACCEPT" in found[0].body
+    assert found[1].lead == "To start the server:" and "ros2 run" in found[1].body
+    assert not any(u.bare_code for u in units(text, 1, "assessment"))  # a quiz's code is the student's to write
+
+
 def test_a_bare_list_of_terms_and_code_of_nothing_but_imports_are_not_quoted() -> None:
     text = (
         "## Key Terms\n- Morphological Computation\n- Central Pattern Generators\n- Soft Robotics\n\n"

@@ -160,6 +160,31 @@ async def test_where_no_sentence_answers_the_answer_quotes_the_matching_code_und
     assert (await ExtractiveGenerator(pace_s=0).answer_async(nothing)).startswith("The closest passage is in")
 
 
+async def test_a_listing_answers_a_how_question_beside_the_sentences_but_never_a_definition_or_a_reason() -> None:
+    """A listing no sentence introduces is quoted under its section's heading where it answers; its keywords count
+    half, so the lead-in whose steps name the same things comes first; "what is" and "why" are answered in words."""
+    steps = source(
+        1,
+        "To cancel a goal from the client:\n\n1. Keep the goal handle.\n2. Call cancel_goal_async on the handle.\n",
+        heading="Cancelling goals",
+    )
+    listing = source(
+        2,
+        "```python\n    def cancel_callback(self, goal_handle):\n        self.get_logger().info('cancel requested')\n"
+        "        return CancelResponse.ACCEPT\n```",
+        heading="Action server",
+    )
+    request = GenerationRequest(
+        question="How do I cancel a goal?", sources=[steps, listing], history=[], mode="textbook"
+    )
+    text = await ExtractiveGenerator(pace_s=0).answer_async(request)
+    assert text.startswith("To cancel a goal from the client [1]:")
+    assert "From “Action server” [2]:" in text and "CancelResponse.ACCEPT" in text
+    for question in ("What is a goal cancel?", "Why would a goal cancel fail?"):
+        text = await ExtractiveGenerator(pace_s=0).answer_async(replace(request, question=question))
+        assert "CancelResponse" not in text, question
+
+
 async def test_the_extractive_answer_never_quotes_a_quiz_item_or_an_option_as_teaching() -> None:
     quiz = replace(
         source(

@@ -167,6 +167,15 @@ def test_the_last_answers_names_add_what_the_subject_lacks() -> None:
     assert asked.subject == "Isaac ROS CUDA Jetson"
 
 
+def test_the_identifiers_of_a_listing_the_last_answer_quoted_are_not_its_names() -> None:
+    """A quoted listing says ``model_name`` and ``self.models`` over and over; what the answer talks about is in its
+    prose."""
+    listing = "```python\nmodel_name = load(model_name)\nself.models[model_name] = optimized_model\n```"
+    answer = f"Models are deployed on the Jetson Orin with TensorRT; the Jetson runs them [1].\n\n{listing}\n\n[1]"
+    asked = context.read("What else does it need?", [Earlier("How are models deployed?", answer=answer)])
+    assert asked.subject == "models deployed Jetson"
+
+
 def test_words_that_point_back_are_never_the_subject() -> None:
     """ "Which ones are notable?" took its subject from the question before; the question after it takes that
     subject and the second question's own words, not the "ones" that pointed back."""

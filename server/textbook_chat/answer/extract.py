@@ -44,6 +44,11 @@ class Unit:
     def words(self) -> int:
         return len(self.lead.split()) + len(self.body.split())
 
+    @property
+    def bare_code(self) -> bool:
+        """A code block with no lead-in sentence saying what it shows."""
+        return not self.lead and self.body.startswith(("```", "~~~"))
+
     def scoring_text(self) -> str:
         """What a scorer reads: the heading, then the unit's first ``SCORED_WORDS`` words without Markdown syntax
         (backticks, emphasis, fences and list markers cost word pieces and say nothing)."""
@@ -180,6 +185,12 @@ def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Un
                     result.append(Unit("block", body, "", heading, n, 0))
         elif block.kind == "table":
             result += [Unit("block", row, "", heading, n, 0) for row in _table_rows(block.lines)]
+        elif block.kind == "code" and kind == "teaching":
+            # A listing no sentence introduces, under its heading: often the only place the answer to "how do I
+            # cancel a goal?" is written (``offline._lexical`` weighs it half: nothing says what it shows)
+            body = _render_blocks([block])
+            if len(body.split()) >= _MIN_WORDS:
+                result.append(Unit("block", body, "", heading, n, 0))
         i += 1
     return _numbered(result)
 

@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 # past CROSS_ENCODER_WAIT_S the answer goes out in keyword order rather than keep the reader waiting (README).
 CROSS_ENCODER_UNITS = 4
 CROSS_ENCODER_WAIT_S = 0.25
+# A listing no sentence introduces is quoted where it answers best, but its keywords count half: identifiers
+# match a question's words without saying what the code shows, and at full weight such a listing displaced the
+# lead-in whose steps a reader needed ("To create a workspace:"); at half it still answers follow-ups whose answer
+# is only in code ("how do I cancel a goal of one?"): docs/results/2026-11.md, the eighth session.
+BARE_CODE_WEIGHT = 0.5
 ANSWERS_LOGIT = 0.0  # with no keyword in common, a unit is quoted only when the cross-encoder says it answers
 
 
@@ -149,10 +154,12 @@ class ExtractiveGenerator:
         elif not request.sources:
             return "I couldn't find passages in the textbook that answer this."
         else:
+            words_only = _in_words(request.question)
             candidates = [
                 _lexical(u, wanted, weight=1.0 if source.kind == "teaching" else 0.5)
                 for source in request.sources
                 for u in extract.units(source.text, source.n, source.kind)
+                if not (words_only and u.bare_code)
             ]
         ranked = [u for u in sorted(candidates, key=lambda u: u.score, reverse=True) if u.score > 0]
         if ranked:
@@ -181,7 +188,7 @@ class ExtractiveGenerator:
         if not chosen:
             best = request.sources[0]
             return f"The closest passage is in “{' › '.join(best.heading_path) or best.title}” [{best.n}]."
-        return compose.render(compose.order(chosen))
+        return compose.render(_labelled(compose.order(chosen), request.sources))
 
 
 @dataclass(frozen=True)
@@ -211,20 +218,51 @@ def _code_instead(request: GenerationRequest, wanted: Mapping[str, float]) -> li
         _lexical(u, wanted)
         for source in request.sources
         if source.kind == "teaching"
-        for u in extract.code_units(source.text, source.n, source.heading_path[-1] if source.heading_path else "")
+        for u in extract.code_units(source.text, source.n, _section(source))
     ]
     best = max(codes, key=lambda u: u.score, default=None)
     return [replace(best, cites=(best.n,) if best.n is not None else ())] if best and best.score > 0 else []
 
 
+def _section(source: Source) -> str:
+    return source.heading_path[-1] if source.heading_path else ""
+
+
+def _labelled(ordered: Sequence[extract.Unit], sources: Sequence[Source]) -> list[extract.Unit]:
+    """A listing chosen from before any heading of its chunk is introduced by its source's section heading ("From
+    “Cancelling a goal” [1]:"), the first under each heading (chunks of one long section share it); it was scored
+    without it, as a sentence there is."""
+    sections: dict[int | None, str] = {source.n: _section(source) for source in sources}
+    said = {u.heading for u in ordered if u.heading and u.kind == "block" and not u.lead}
+    result = []
+    for unit in ordered:
+        label = sections.get(unit.n, "")
+        if unit.bare_code and not unit.heading and label and label not in said:
+            unit = replace(unit, heading=label)
+            said.add(label)
+        result.append(unit)
+    return result
+
+
 def _lexical(unit: extract.Unit, wanted: Mapping[str, float], weight: float = 1.0) -> extract.Unit:
     """Keyword overlap with the question (its terms' weights summed); ``weight`` < 1 for a quiz's or an
-    exercise's own explanations."""
+    exercise's own explanations, and BARE_CODE_WEIGHT of that for a listing no sentence introduces."""
     overlap = sum(w for term, w in wanted.items() if term in unit.terms)
+    if unit.bare_code:
+        weight *= BARE_CODE_WEIGHT
     score = weight * overlap / math.sqrt(len(unit.terms) or 1) if overlap else 0.0
     if score:
         score += 0.15 / (unit.n or 1) + 0.05 / (1 + unit.position)  # earlier sources and opening units break ties
     return replace(unit, score=score)
+
+
+_REASON = re.compile(r"^\W*why\b", re.I)
+
+
+def _in_words(question: str) -> bool:
+    """A definition or a reason is said in sentences: a listing no sentence introduces does not answer "what is
+    X?" or "why does X fail?"."""
+    return compose.shape(question) == "define" or bool(_REASON.match(question))
 
 
 def _source_prior(n: int | None) -> float:

@@ -73,6 +73,20 @@ def fence_end(lines: list[str], start: int, opening: re.Match[str]) -> tuple[int
     return len(lines), False
 
 
+def without_code(text: str) -> str:
+    """``text`` with its fenced code blocks left out: what it says in prose."""
+    lines = text.split("\n")
+    kept: list[str] = []
+    i = 0
+    while i < len(lines):
+        if opening := _FENCE.match(lines[i]):
+            i = fence_end(lines, i, opening)[0]
+        else:
+            kept.append(lines[i])
+            i += 1
+    return "\n".join(kept)
+
+
 def atx_heading(line: str) -> tuple[int, str] | None:
     """(level, text) of an ATX heading line (``## Title ##``): the closing #s, after a space, and the spaces around
     the text dropped. Read without a backtracking pattern, so a long line costs its length, not its square."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from textbook_chat.book import mdx
 from textbook_chat.index import sparse
 from textbook_chat.search.rerank import Candidate, Query, known_share
 
@@ -211,14 +212,15 @@ def _answer_names(answer: str, *, exclude: Sequence[str]) -> str:
     in their casing: what "the other one" may be, when the question before did not name it."""
     if not answer:
         return ""
+    prose = _MARKERS.sub(" ", mdx.without_code(answer))  # the identifiers of a quoted listing are not its subject
     counts: dict[str, int] = {}
     spelled: dict[str, str] = {}
     skip = set(exclude)
-    for name in sparse.names(_MARKERS.sub(" ", answer)):
+    for name in sparse.names(prose):
         parts = set(sparse.terms(name)[1:])  # a compound's words: "ROS/ROS" after "ROS" adds nothing
         if name not in skip and not (parts and parts <= skip):
             counts[name] = 0
-    for word in _WORD.findall(answer):
+    for word in _WORD.findall(prose):
         key = word.lower()
         if key in counts:
             counts[key] += 1
