@@ -67,6 +67,8 @@ def test_stopwords_and_single_letters_are_dropped_and_plurals_folded() -> None:
         ("What does the main function do, and is it the best method?", []),  # what kind of question, not a name
         ("Steps:\n- Set gravity\n- Simple worlds in Gazebo", ["gazebo"]),  # a list item's first word is grammar
         ("Steps:\n\n“Setup” comes first.", []),  # ... and a line's opening quotation
+        ("How do I run kube-hunter in active mode?", ["kube-hunter"]),  # a part rare in English: a tool's name
+        ("How do I cherry-pick a commit, step-by-step?", []),  # ... compounds of common words are not
     ],
 )
 def test_names_are_identifiers_and_capitalised_words_after_the_first(question: str, expected: list[str]) -> None:

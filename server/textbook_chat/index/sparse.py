@@ -268,6 +268,7 @@ def _named(text: str) -> Iterator[re.Match[str]]:
         token = match.group()
         identifier = any(c.isdigit() or c in "_." for c in token) or (cased and any(c.isupper() for c in token[1:]))
         identifier = identifier or match.start() in kinds  # "the scan operator": a word named by its kind
+        identifier = identifier or _tool_shaped(token)
         capitalised = cased and position > 0 and token[0].isupper() and not _starts_sentence(text, match.start())
         if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
             continue
@@ -275,6 +276,13 @@ def _named(text: str) -> Iterator[re.Match[str]]:
             continue  # a bare number ("case 17", "2022", "3.10") is a quantity, not a thing the book must name
         if terms(token):
             yield match
+
+
+def _tool_shaped(token: str) -> bool:
+    """A hyphenated word with a part rare in English ("kube-hunter", "kube-bench"): a tool's or a package's name,
+    not a compound of common words ("step-by-step", "cherry-pick"), whatever its case."""
+    parts = token.lower().split("-")
+    return len(parts) > 1 and any(len(part) >= 3 and part.isalpha() and specific(part) for part in parts)
 
 
 _OPENERS = " \t\"'(“‘*_-+>#"  # what may stand between a sentence's or a line's start and its first word
