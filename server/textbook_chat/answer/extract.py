@@ -132,11 +132,16 @@ def code_units(text: str, n: int | None, heading: str = "") -> list[Unit]:
     for block in _blocks(text):
         if block.kind == "heading":
             heading = _plain(block.lines[0])
-        elif block.kind == "code" and not _SKIPPED_SECTION.match(heading):
-            body = _render_blocks([block])
-            if len(body.split()) >= _MIN_WORDS:
-                found.append(Unit("block", body, "", heading, n, 0))
+        elif block.kind == "code" and not _SKIPPED_SECTION.match(heading) and (unit := _listing(block, heading, n)):
+            found.append(unit)
     return _numbered(found)
+
+
+def _listing(block: _Block, heading: str, n: int | None) -> Unit | None:
+    """A code block as a unit of its own under ``heading``, cut as a lead-in's code is; None when too short to
+    stand (or nothing but imports and comments)."""
+    body = _render_blocks([block])
+    return Unit("block", body, "", heading, n, 0) if len(body.split()) >= _MIN_WORDS else None
 
 
 def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Unit]:
@@ -185,12 +190,10 @@ def units(text: str, n: int | None, kind: passages.Kind = "teaching") -> list[Un
                     result.append(Unit("block", body, "", heading, n, 0))
         elif block.kind == "table":
             result += [Unit("block", row, "", heading, n, 0) for row in _table_rows(block.lines)]
-        elif block.kind == "code" and kind == "teaching":
+        elif block.kind == "code" and kind == "teaching" and (unit := _listing(block, heading, n)):
             # A listing no sentence introduces, under its heading: often the only place the answer to "how do I
             # cancel a goal?" is written (``offline._lexical`` weighs it half: nothing says what it shows)
-            body = _render_blocks([block])
-            if len(body.split()) >= _MIN_WORDS:
-                result.append(Unit("block", body, "", heading, n, 0))
+            result.append(unit)
         i += 1
     return _numbered(result)
 
