@@ -15,6 +15,7 @@ from textbook_chat.index.sparse import (
     names,
     query_vector,
     specific,
+    specificity,
     telling,
     term_index,
     terms,
@@ -140,6 +141,14 @@ def test_a_name_written_without_its_separators_is_one_of_its_forms() -> None:
 def test_an_unknown_term_tells_when_it_is_an_identifier_or_rare_not_a_compound_of_common_words() -> None:
     assert telling("ros2_control") and telling("rclpy.spin") and telling("strace") and telling("urdf-based")
     assert not telling("back-to-back") and not telling("step-by-step") and not telling("drop")
+
+
+def test_an_absent_word_says_less_of_another_subject_the_more_common_it_is_in_english() -> None:
+    """An identifier or a rare word tells fully; an everyday word ("put", "wall") is how a reader asks, and says
+    less than a word of its own subject ("pasta") does."""
+    assert specificity("rclpy.spin") == specificity("strace") == 1.0
+    assert specificity("put") < specificity("wall") < specificity("cook") < specificity("pasta") < 1.0
+    assert specificity("the") == 0.0
 
 
 def test_a_derived_word_has_the_word_it_is_made_from_among_its_forms() -> None:

@@ -576,14 +576,22 @@ async def test_a_paraphrase_of_an_answerable_question_is_not_declined(demo_retri
 
 def test_a_follow_up_loses_evidence_by_the_square_of_its_own_words_the_book_never_uses() -> None:
     """One word of three the book does not use is a paraphrase ("how does it talk to ROS 2?"): most evidence
-    stays. All of them absent is another subject ("and how do I cook pasta?"): none does."""
+    stays. A question that does not point back loses all of it when none of its words is the book's ("what is
+    the best way to store fresh herbs?"). One that points back weighs each absent word by how specific it is
+    (``sparse.specificity``): "cook pasta" still loses most, everyday words ("put up a wall against that") little."""
+    from textbook_chat.index.sparse import specificity
     from textbook_chat.search import context
     from textbook_chat.search.context import Earlier, known
     from textbook_chat.search.rerank import Query
 
     earlier = [Earlier("What is Gazebo Harmonic?")]
     paraphrase = context.read("How does it exchange messages with ROS?", earlier)
-    assert known(Query(paraphrase.question), ["exchange"], paraphrase) == pytest.approx(1 - (1 / 3) ** 2)
+    exchange = specificity("exchange")
+    assert known(Query(paraphrase.question), ["exchange"], paraphrase) == pytest.approx(1 - (exchange / 3) ** 2)
+    herbs = context.read("What is the best way to store fresh herbs?", earlier).contextual()
+    assert known(Query(herbs.question), list(herbs.own_terms), herbs) == 0.0
     other_subject = context.read("And how do I cook pasta?", earlier)
-    assert known(Query(other_subject.question), ["cook", "pasta"], other_subject) == 0.0
     assert known(Query(other_subject.question), [], other_subject) == 1.0
+    pasta = known(Query(other_subject.question), ["cook", "pasta"], other_subject)
+    wall = context.read("How would I put up a wall against that?", earlier)
+    assert pasta < 0.6 < 0.8 < known(Query(wall.question), ["put", "wall"], wall)

@@ -28,6 +28,7 @@ PINNED_SHA256 = "f94a80cba6a3857b260d0666b5432bb7ea9b85315574dee9c306e87f6129824
 # words from about 3.0 up ("yolk" 3.0, "gait" 3.1, "teacher" 4.9); tool and command names lie below ("gdb" 2.0,
 # "strace" 1.1, "rclpy" 0). docs/evaluation.md "The second opinion".
 RARE_BELOW = 3.0
+EVERYDAY_AT = 7.0  # and from which a word is as common as English has ("the" 7.7, "is" 7.4; "put" 5.7)
 
 
 class WordListUnavailable(RuntimeError):

@@ -155,6 +155,20 @@ def specific(term: str) -> bool:
     return len(pieces) >= SPECIFIC_PIECES or (len(pieces) == 2 and len(pieces[0]) <= FRAGMENT_CHARS)
 
 
+def specificity(term: str) -> float:
+    """How strongly a term the book never uses says that a question is about something else: 1.0 for an
+    identifier or a word rare in English (``telling``), falling linearly with the word's Zipf frequency from
+    ``rarity.RARE_BELOW`` to 0.0 at ``rarity.EVERYDAY_AT``. "pasta" (3.9) says much, "wall" (5.0) or "put" (5.7)
+    little: a reader's everyday words are how they ask, not what about. Without the list, ``telling`` decides."""
+    if telling(term):
+        return 1.0
+    value = rarity.zipf(term, [*forms(term), *(form for base in _unprefixed(term) for form in forms(base))])
+    if value is None:
+        return 1.0
+    span = rarity.EVERYDAY_AT - rarity.RARE_BELOW
+    return max(0.0, min(1.0, (rarity.EVERYDAY_AT - value) / span))
+
+
 def _unprefixed(term: str) -> list[str]:
     """The word a prefixed one is made from ("overexposed" -> "exposed", "misconfigured" -> "configured"): an
     English derivative of a common word is no more specific than the word (wordfreq's small list lacks most of

@@ -71,6 +71,7 @@ class Asked:
     fallback: bool = False  # read in context only when alone it is declined or of low confidence
     prior: tuple[str, ...] = ()  # the earlier questions whose vectors blend into the reading in context, oldest first
     subject: str = ""  # what the standalone form adds to the question (in its brackets)
+    points_back: bool = False  # it holds a word pointing back ("it", "that") or opens with an ellipsis ("and ...")
 
     @property
     def in_context(self) -> bool:
@@ -99,7 +100,9 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
     prior = _prior(earlier)
     if pointing or len(own) < 2:
         weight = _alone_weight(question, own)
-        return Asked(question, standalone, CONTEXT_WEIGHT, weight, tuple(own), prior=prior, subject=subject)
+        return Asked(
+            question, standalone, CONTEXT_WEIGHT, weight, tuple(own), prior=prior, subject=subject, points_back=pointing
+        )
     return Asked(question, standalone, own_terms=tuple(own), fallback=True, prior=prior, subject=subject)
 
 
@@ -255,7 +258,11 @@ def known(query: Query, unknown: Sequence[str], asked: Asked | None = None) -> f
     share = known_share(query, unknown)
     if asked is None or not asked.in_context or not asked.own_terms:
         return share
-    missing = len({u for u in unknown if u in asked.own_terms}) / len(set(asked.own_terms))
+    absent = set(unknown) & set(asked.own_terms)
+    # A question pointing back is about the subject by its grammar ("how would I put up a wall against that?"): its
+    # everyday words the book lacks are how the reader asks. Without a pointing word, each absent word counts fully.
+    weigh = sparse.specificity if asked.points_back else (lambda term: 1.0)
+    missing = sum(weigh(term) for term in absent) / len(set(asked.own_terms))
     # Squared: a word or two of several the book does not use is a paraphrase ("does it talk to ROS 2?"); most of
     # them absent is another subject ("and how do I cook pasta?")
     return min(share, 1.0 - missing**2)
