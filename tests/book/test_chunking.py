@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import DEMO_BOOK, SHARED_BOOK
 from textbook_chat.book import chunking
 from textbook_chat.book.chunking import Book, Chunk, read_book
+from textbook_chat.book.docusaurus import CARDS_REASON
 from textbook_chat.book.mdx import parse_blocks
 from textbook_chat.book.slugs import Slugger
 from textbook_chat.core.tokens import local_counter
@@ -331,6 +332,36 @@ def test_the_jsx_admonition_is_read_as_the_directive_it_stands_for(tmp_path: Pat
     assert [(b.kind, b.variant, b.plain) for b in blocks] == [("admonition", "info", "Xacro keeps legs symmetric")]
     assert [(b.kind, b.text) for b in blocks[0].children] == [("text", body)]
     assert any(f":::info Xacro keeps legs symmetric\n{body}\n:::" in c.text for c in chunk_book(docs).chunks)
+
+
+def test_a_card_list_index_is_left_out_for_the_pages_it_lists(tmp_path: Path) -> None:
+    """A category's index page that renders its cards (``<DocCardList />``) and a sentence restating their topic is
+    navigation: a reader cited to it finds only links, so its pages answer instead. A page that teaches around its
+    cards is read as any page."""
+    cards = "import DocCardList from '@theme/DocCardList';\n\n<DocCardList />\n"
+    intro = " ".join(["Falco watches the kernel's system calls and raises an alert on suspicious behaviour."] * 8)
+    docs = write_docs(
+        tmp_path,
+        {
+            "falco/index.md": f"---\ntitle: Falco\n---\n\nRuntime security monitoring with Falco.\n\n{cards}",
+            "falco/falco.md": "# Falco\n\n## Overview\n\nDeploy Falco with Helm and read its alerts in the logs.\n",
+            "rules/index.md": f"# Rules\n\n{intro}\n\n{cards}",
+        },
+    )
+    book = chunk_book(docs)
+    assert {d.file_path for d in book.documents} == {"falco/falco.md", "rules/index.md"}
+    assert [s.reason for s in book.skipped] == [CARDS_REASON]
+    assert (
+        chunking.read_document(
+            docs / "falco/index.md",
+            docs,
+            base_url=BASE,
+            count_tokens=count,
+            max_tokens=MAX_TOKENS,
+            overlap_tokens=OVERLAP,
+        )
+        == []
+    )
 
 
 def test_mdx_imports_and_exports_are_dropped_and_jsx_wrapped_prose_is_kept(tmp_path: Path) -> None:

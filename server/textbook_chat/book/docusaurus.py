@@ -17,6 +17,11 @@ from textbook_chat.book.mdx import Block, parse_blocks, substantive
 from textbook_chat.book.slugs import Slugger, doc_id, doc_url, read_front_matter, read_yaml_mapping, strip_number_prefix
 
 EMPTY_REASON = "no text left after removing front matter, MDX imports/exports, JSX markup and comments"
+CARDS_REASON = "an index of its category's pages (a card list and a sentence or two): those pages hold the content"
+# A page that renders its category's cards (`<DocCardList />`) and says at most this many words of its own is an
+# index: it restates the description its pages open with, and a reader cited to it finds only links there.
+CARD_INDEX_WORDS = 60
+_CARD_LIST = re.compile(r"^[ \t]*<DocCardList\b", re.M)
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,28 @@ class Doc:
     url: str
     position: float | None
     sections: list[Section]
+    card_list: bool = False  # it renders its category's cards (`<DocCardList />`)
 
     @property
     def has_content(self) -> bool:
         return any(substantive(block) for section in self.sections for block in section.blocks)
+
+    @property
+    def is_card_index(self) -> bool:
+        """A card list with a sentence or two of its own (CARD_INDEX_WORDS): navigation, not teaching."""
+        if not self.card_list:
+            return False
+        words = sum(
+            len(block.text.split()) for section in self.sections for block in section.blocks if substantive(block)
+        )
+        return words <= CARD_INDEX_WORDS
+
+    @property
+    def skipped_because(self) -> str | None:
+        """Why the doc is left out of the index, or None when it is read."""
+        if not self.has_content:
+            return EMPTY_REASON
+        return CARDS_REASON if self.is_card_index else None
 
 
 @dataclass
@@ -108,14 +131,14 @@ def read_tree(root: Path, base_url: str, skipped: list[Skipped]) -> list[tuple[M
     planned: list[tuple[Module, list[Doc]]] = []
     for item in _ordered(_walk(root, "", base_url, skipped)):
         if isinstance(item, _Folder):
-            docs = [doc for doc in _flatten(item) if doc.has_content]
+            docs = [doc for doc in _flatten(item) if doc.skipped_because is None]
             category = item.category
             description = _str(category.get("description")) or _str(_mapping(category.get("link")).get("description"))
             module = Module(item.name, _str(category.get("label")) or _titleize(item.name), 0.0, description)
         else:
-            docs = [item] if item.has_content else []
+            docs = [item] if item.skipped_because is None else []
             module = Module(item.doc_id, item.title, 0.0, _str(item.front_matter.get("description")))
-        skipped.extend(Skipped(doc.file_path, EMPTY_REASON) for doc in _flatten(item) if not doc.has_content)
+        skipped.extend(Skipped(doc.file_path, reason) for doc in _flatten(item) if (reason := doc.skipped_because))
         if docs:
             planned.append((module, docs))
     return [
@@ -159,6 +182,7 @@ def parse_doc(raw: bytes, file_path: str, base_url: str) -> Doc:
         doc_url(base_url, file_path, front_matter),
         position if position is not None else _prefix_number(stem),
         _sections(blocks, title, headings[0] if content_title else None),
+        bool(_CARD_LIST.search(text)),
     )
 
 
