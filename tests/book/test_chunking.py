@@ -364,6 +364,19 @@ def test_a_card_list_index_is_left_out_for_the_pages_it_lists(tmp_path: Path) ->
     )
 
 
+def test_a_draft_is_left_out_as_the_published_site_leaves_it_out(tmp_path: Path) -> None:
+    """Docusaurus builds ``draft: true`` pages in development only: cited, one would be a broken link. An unlisted
+    page is published (only hidden from the sidebar), and is read."""
+    page = "---\n{}\n---\n\n# Grippers\n\nA parallel gripper closes two fingers on the object.\n"
+    docs = write_docs(
+        tmp_path,
+        {"draft.md": page.format("draft: true"), "unlisted.md": page.format("unlisted: true"), "a.md": page.format("")},
+    )
+    book = chunk_book(docs)
+    assert {d.file_path for d in book.documents} == {"a.md", "unlisted.md"}
+    assert [(s.file_path, "draft" in s.reason) for s in book.skipped] == [("draft.md", True)]
+
+
 def test_mdx_imports_and_exports_are_dropped_and_jsx_wrapped_prose_is_kept(tmp_path: Path) -> None:
     mdx = """---
 title: Launch files

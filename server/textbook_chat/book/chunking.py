@@ -138,8 +138,8 @@ def read_document(
     """Chunks of one file (relative to the docs `root`); raises OSError / UnicodeDecodeError."""
     _check_sizes(max_tokens, overlap_tokens)
     found, doc = read_doc(path, root, base_url)
-    if doc.is_card_index:
-        return []  # as ``read_book`` leaves it out
+    if doc.skipped_because:
+        return []  # as ``read_book`` leaves it out (a draft, a card list, no text)
     return _make_chunks(doc, module or found, doc.position or 0.0, count_tokens, max_tokens, overlap_tokens)
 
 

@@ -17,6 +17,7 @@ from textbook_chat.book.mdx import Block, parse_blocks, substantive
 from textbook_chat.book.slugs import Slugger, doc_id, doc_url, read_front_matter, read_yaml_mapping, strip_number_prefix
 
 EMPTY_REASON = "no text left after removing front matter, MDX imports/exports, JSX markup and comments"
+DRAFT_REASON = "a draft (draft: true): Docusaurus builds it in development only, so the published site lacks it"
 CARDS_REASON = "an index of its category's pages (a card list and a sentence or two): those pages hold the content"
 # A page that renders its category's cards (`<DocCardList />`) and says at most this many words of its own is an
 # index: it restates the description its pages open with, and a reader cited to it finds only links there.
@@ -75,6 +76,8 @@ class Doc:
     @property
     def skipped_because(self) -> str | None:
         """Why the doc is left out of the index, or None when it is read."""
+        if self.front_matter.get("draft") in (True, "true"):
+            return DRAFT_REASON
         if not self.has_content:
             return EMPTY_REASON
         return CARDS_REASON if self.is_card_index else None
