@@ -13,6 +13,7 @@ from textbook_chat.index.sparse import (
     forms,
     inner_words,
     names,
+    options,
     query_vector,
     specific,
     specificity,
@@ -149,6 +150,13 @@ def test_an_absent_word_says_less_of_another_subject_the_more_common_it_is_in_en
     assert specificity("rclpy.spin") == specificity("strace") == 1.0
     assert specificity("put") < specificity("wall") < specificity("cook") < specificity("pasta") < 1.0
     assert specificity("the") == 0.0
+
+
+def test_a_long_command_line_option_is_a_name_and_is_read_whole() -> None:
+    question = "Which rules go in the API server's --audit-policy-file, and does certbot renew --dry-run help?"
+    assert options(question) == ["audit-policy-file", "dry-run"]
+    assert {"audit-policy-file", "dry-run"} <= set(names(question))
+    assert options("a--b, ---x and --p are no options; nor is a dash-separated word") == []
 
 
 def test_a_derived_word_has_the_word_it_is_made_from_among_its_forms() -> None:

@@ -38,6 +38,14 @@ async def test_a_hyphenated_term_is_the_books_where_each_part_is(words: BookWord
     assert not await words.uses("cherry-pick", frozenset())
 
 
+async def test_a_command_line_option_is_the_books_only_where_it_is_written_whole(words: BookWords) -> None:
+    """ "--zero-moment" is no option the book documents, though "zero-moment" is its compound written another way."""
+    question = Query("How do I pass --zero-moment to the balance controller?")
+    assert "zero-moment" in question.names
+    assert await words.unknown(question, []) == ("zero-moment",)
+    assert await words.unknown(Query("How is the zero-moment point computed?"), []) == ()
+
+
 async def test_the_share_of_a_questions_words_the_book_never_uses(words: BookWords) -> None:
     assert await words.absent_share("How does a humanoid keep its balance?", []) == 0.0
     assert await words.absent_share("How do I cook pasta al dente?", []) >= 0.5

@@ -28,6 +28,7 @@ _AVERAGE_TERMS = 120.0  # typical chunk length in terms; document length normali
 _NAME = re.compile(r"[A-Za-z0-9]+(?:[._\-/][A-Za-z0-9]+)*")
 _IDENTIFIER = re.compile(r"[a-z0-9]+(?:[._\-/:][a-z0-9]+)*")
 _SEPARATOR = re.compile(r"[._\-/:]")  # what joins an identifier's parts
+_OPTION = re.compile(r"(?<![\w-])--([A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)")  # a long command-line option
 _STOPWORDS = frozenset(
     """a about above after again against all also am an and any are as at be because been before being below
     between both but by can could did do does doing down during each few for from further had has have having he
@@ -274,6 +275,13 @@ def names(text: str) -> list[str]:
     return found
 
 
+def options(text: str) -> list[str]:
+    """The terms of the long command-line options ``text`` writes (``--audit-policy-file``, ``--dry-run``): names a
+    book that documents them writes whole, so their parts being its words says nothing (``vocabulary.BookWords``)."""
+    written = (terms(match.group(1)) for match in _OPTION.finditer(text.translate(_HYPHENS)))
+    return [found[0] for found in written if found]
+
+
 def _named(text: str) -> Iterator[re.Match[str]]:
     """The words of ``text`` that name something (``names``), in order."""
     cased = any(c.islower() for c in text)
@@ -282,7 +290,7 @@ def _named(text: str) -> Iterator[re.Match[str]]:
         token = match.group()
         identifier = any(c.isdigit() or c in "_." for c in token) or (cased and any(c.isupper() for c in token[1:]))
         identifier = identifier or match.start() in kinds  # "the scan operator": a word named by its kind
-        identifier = identifier or _tool_shaped(token)
+        identifier = identifier or _tool_shaped(token) or text[max(0, match.start() - 2) : match.start()] == "--"
         capitalised = cased and position > 0 and token[0].isupper() and not _starts_sentence(text, match.start())
         if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
             continue

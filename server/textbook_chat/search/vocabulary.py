@@ -29,7 +29,8 @@ class BookWords:
         if asked is not None and asked.in_context:
             wanted += [t for t in asked.own_terms if t not in wanted]
         seen = frozenset().union(*(c.terms for c in ranked))
-        missing = [term for term in wanted if not await self.uses(term, seen)]
+        whole = set(sparse.options(query.text))  # a command-line option is the book's only where it is written whole
+        missing = [term for term in wanted if not await self.uses(term, seen, whole=term in whole)]
         return tuple(_outside_identifiers(missing, (str(c.hit.payload.get("text", "")) for c in ranked)))
 
     async def absent_share(self, question: str, passages: Sequence[str]) -> float:
@@ -42,15 +43,15 @@ class BookWords:
         missing = [word for word in words if not await self.uses(word, seen)]
         return len(_outside_identifiers(missing, passages)) / len(words)
 
-    async def uses(self, term: str, seen: AbstractSet[str]) -> bool:
+    async def uses(self, term: str, seen: AbstractSet[str], *, whole: bool = False) -> bool:
         """Whether the book uses ``term``: in the retrieved passages (``seen``, their terms), in one of its forms
         or spelled out in full where ``term`` is a clipping of a word; else anywhere in the book. A hyphenated term
         is the book's where each of its parts is: the same compound written another way ("the ROS-TCP connector"
-        in a book of "ROS-TCP-Connector" and "ROS TCP Connector")."""
+        in a book of "ROS-TCP-Connector" and "ROS TCP Connector"); a command-line option only whole (``whole``)."""
         if not seen.isdisjoint(sparse.forms(term)) or sparse.clipped(term, seen) or await self.mentioned(term):
             return True
         parts = [part for part in term.split("-") if part]
-        if len(parts) < 2:
+        if len(parts) < 2 or whole:
             return False
         for part in parts:  # one at a time: the first part the book lacks settles it, with no more lookups
             if not await self.uses(part, seen):
