@@ -286,11 +286,12 @@ def _named(text: str) -> Iterator[re.Match[str]]:
     """The words of ``text`` that name something (``names``), in order."""
     cased = any(c.islower() for c in text)
     kinds = {match.start(1) for match in _KIND_NAMED.finditer(text) if match.group(1).lower() not in _ASKING}
+    flags = {match.start(1) for match in _OPTION.finditer(text)}
     for position, match in enumerate(_NAME.finditer(text)):
         token = match.group()
         identifier = any(c.isdigit() or c in "_." for c in token) or (cased and any(c.isupper() for c in token[1:]))
         identifier = identifier or match.start() in kinds  # "the scan operator": a word named by its kind
-        identifier = identifier or _tool_shaped(token) or text[max(0, match.start() - 2) : match.start()] == "--"
+        identifier = identifier or _tool_shaped(token) or match.start() in flags  # "--dry-run": an option
         capitalised = cased and position > 0 and token[0].isupper() and not _starts_sentence(text, match.start())
         if not (identifier or capitalised) or token.lower() in _STOPWORDS or token == "I":
             continue
