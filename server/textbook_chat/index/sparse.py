@@ -149,7 +149,7 @@ def specific(term: str) -> bool:
     """Whether a lower-case word is rare enough in English that a book answering about it must use it: under
     ``rarity.RARE_BELOW`` in wordfreq's list ("strace", "conda", "quadcopter"; not "gait" or "yolk"), or, without
     the list, by its word pieces."""
-    rare = rarity.rare(term, [*forms(term), *(form for base in _unprefixed(term) for form in forms(base))])
+    rare = rarity.rare(term, _english_forms(term))
     if rare is not None:
         return rare
     pieces = _pieces(term)
@@ -163,11 +163,17 @@ def specificity(term: str) -> float:
     little: a reader's everyday words are how they ask, not what about. Without the list, ``telling`` decides."""
     if telling(term):
         return 1.0
-    value = rarity.zipf(term, [*forms(term), *(form for base in _unprefixed(term) for form in forms(base))])
+    value = rarity.zipf(term, _english_forms(term))
     if value is None:
         return 1.0
     span = rarity.EVERYDAY_AT - rarity.RARE_BELOW
     return max(0.0, min(1.0, (rarity.EVERYDAY_AT - value) / span))
+
+
+def _english_forms(term: str) -> list[str]:
+    """The forms a word's frequency in English is read by: its own (``forms``) and those of the word a prefixed one
+    is made from (``_unprefixed``)."""
+    return [*forms(term), *(form for base in _unprefixed(term) for form in forms(base))]
 
 
 def _unprefixed(term: str) -> list[str]:
