@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from textbook_chat.answer.extract import LIST_MARKER, is_navigation
 from textbook_chat.answer.prompts import CITATION
+from textbook_chat.book import mdx
 
 if TYPE_CHECKING:
     from textbook_chat.answer.generation import ExtractiveGenerator
@@ -62,7 +63,7 @@ def holds(answer_words: set[str], fact: str) -> bool:
 
 def dangling_lead_ins(answer: str) -> int:
     """Lead-ins (a colon that ends what is said) not followed by the list, code, table or quote they introduce."""
-    marked = _lines(answer)
+    marked = mdx.code_lines(answer)
     lines = [line for line, _ in marked]
     count = 0
     for i, (line, code) in enumerate(marked):
@@ -79,29 +80,11 @@ def dangling_lead_ins(answer: str) -> int:
     return count
 
 
-def _lines(answer: str) -> list[tuple[str, bool]]:
-    """Each line with whether it is inside a code fence (fence lines count as code)."""
-    result = []
-    fence: str | None = None
-    for line in answer.splitlines():
-        mark = re.match(r"^\s*(`{3,}|~{3,})", line)
-        if fence is None and mark:
-            fence = mark.group(1)[:3]
-            result.append((line, True))
-        elif fence is not None:
-            result.append((line, True))
-            if line.strip().startswith(fence):
-                fence = None
-        else:
-            result.append((line, False))
-    return result
-
-
 def repeated_sentences(answer: str) -> int:
     """Sentences (of four words or more) said again word for word, citation markers and case aside."""
     seen: set[str] = set()
     repeats = 0
-    for line in (line for line, code in _lines(answer) if not code):
+    for line in (line for line, code in mdx.code_lines(answer) if not code):
         line = LIST_MARKER.sub("", _MARKERS.sub("", line))
         for piece in re.split(r"(?<=[.!?])\s+", line):
             key = " ".join(piece.lower().strip(" .!?").split())
@@ -116,7 +99,7 @@ def repeated_sentences(answer: str) -> int:
 def navigation_lines(answer: str) -> int:
     """Lines that are a page's navigation, by the rule the offline answer leaves them out by (``extract.is_navigation``:
     a previous / next / back label, an arrow between links, or nothing but links), citation markers aside."""
-    return sum(1 for line, code in _lines(answer) if not code and is_navigation(_MARKERS.sub("", line)))
+    return sum(1 for line, code in mdx.code_lines(answer) if not code and is_navigation(_MARKERS.sub("", line)))
 
 
 @dataclass(frozen=True)

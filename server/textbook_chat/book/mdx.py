@@ -73,18 +73,27 @@ def fence_end(lines: list[str], start: int, opening: re.Match[str]) -> tuple[int
     return len(lines), False
 
 
-def without_code(text: str) -> str:
-    """``text`` with its fenced code blocks left out: what it says in prose."""
+def code_lines(text: str) -> list[tuple[str, bool]]:
+    """Each line of ``text`` with whether it belongs to a fenced code block (its fence lines included; an unclosed
+    fence runs to the end): the one reading of fences that ingestion, the offline answer's checks and the
+    excerpts share."""
     lines = text.split("\n")
-    kept: list[str] = []
+    marked: list[tuple[str, bool]] = []
     i = 0
     while i < len(lines):
         if opening := _FENCE.match(lines[i]):
-            i = fence_end(lines, i, opening)[0]
+            end = fence_end(lines, i, opening)[0]
+            marked.extend((line, True) for line in lines[i:end])
+            i = end
         else:
-            kept.append(lines[i])
+            marked.append((lines[i], False))
             i += 1
-    return "\n".join(kept)
+    return marked
+
+
+def without_code(text: str) -> str:
+    """``text`` with its fenced code blocks left out: what it says in prose."""
+    return "\n".join(line for line, code in code_lines(text) if not code)
 
 
 def atx_heading(line: str) -> tuple[int, str] | None:

@@ -13,6 +13,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from textbook_chat.book import mdx
 from textbook_chat.index import sparse
 from textbook_chat.index.vectors import Hit
 from textbook_chat.search import confidence, passages
@@ -24,8 +25,9 @@ _EXCERPT_CHARS = 240
 
 
 class Query:
-    """A question's keyword terms (at most ``sparse.MAX_QUERY_TERMS`` distinct ones) and the names in it, computed
-    once; ``vector`` is what the keyword search is sent (each term weighing 1 unless ``vector`` is given)."""
+    """A question's keyword terms (at most ``sparse.MAX_QUERY_TERMS`` distinct ones), the names in it and its
+    command-line options, computed once; ``vector`` is what the keyword search is sent (each term weighing 1 unless
+    ``vector`` is given)."""
 
     def __init__(self, text: str, vector: sparse.Sparse | None = None) -> None:
         self.text = text
@@ -34,6 +36,7 @@ class Query:
         self.keywords = frozenset(self.terms)
         self.names = tuple(sparse.names(text))
         self.informative = sparse.informative(text, exclude=self.names)
+        self.options = frozenset(sparse.options(text))  # the book's only where written whole (``BookWords.uses``)
 
 
 def known_share(query: Query, unknown: Sequence[str]) -> float:
@@ -142,7 +145,7 @@ def distinct_sections(ranked: Sequence[S], k: int) -> list[S]:
 @functools.lru_cache(maxsize=passages.FORMS_CACHED)
 def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
     """The start of a chunk as plain prose: no code fences, no Markdown marks, cut at a word."""
-    prose = _FENCE.sub(" ", text)
+    prose = mdx.without_code(text)
     prose = _MARKS.sub("", prose)
     prose = " ".join(prose.split())
     if len(prose) <= limit:
@@ -174,5 +177,4 @@ def held(selection: set[tuple[str, ...]], text: str) -> float:
 
 
 WORD = re.compile(r"\w+")
-_FENCE = re.compile(r"```.*?(```|$)|~~~.*?(~~~|$)", re.S)
 _MARKS = re.compile(r"[#*_`>|]|\[(?=[^\[\]]*\]\()|\]\([^)\[\]]*\)")

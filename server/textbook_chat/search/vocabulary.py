@@ -29,8 +29,7 @@ class BookWords:
         if asked is not None and asked.in_context:
             wanted += [t for t in asked.own_terms if t not in wanted]
         seen = frozenset().union(*(c.terms for c in ranked))
-        whole = set(sparse.options(query.text))  # a command-line option is the book's only where it is written whole
-        missing = [term for term in wanted if not await self.uses(term, seen, whole=term in whole)]
+        missing = [term for term in wanted if not await self.uses(term, seen, whole=term in query.options)]
         return tuple(_outside_identifiers(missing, (str(c.hit.payload.get("text", "")) for c in ranked)))
 
     async def absent_share(self, question: str, passages: Sequence[str]) -> float:
