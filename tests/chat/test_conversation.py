@@ -3,6 +3,7 @@ the real Postgres session): its sources, its decline or not, the model's sources
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
@@ -12,6 +13,9 @@ import pytest
 from tests.conftest import Chat
 from tests.fake_openai import Behaviour, ok
 from tests.sse_client import SSEEvent, answer_text, of_type, read_all
+from textbook_chat.chat.run import earlier_questions
+from textbook_chat.search.context import Earlier
+from textbook_chat.store.rows import TurnRow
 
 GAZEBO = "What is Gazebo?"
 CONNECT = "How do I connect it to ROS 2?"
@@ -57,6 +61,22 @@ async def test_a_follow_up_is_answered_from_the_sections_of_what_it_refers_to(ch
         (GAZEBO, None),  # a first question takes no context
         (CONNECT, f"{CONNECT} (Gazebo)"),  # the question as asked stays the question; its standalone form beside it
         (CONNECT, None),
+    ]
+    with psycopg.connect(clean_db) as conn:  # what the next question reads of what each answer cited
+        paths = [row[0] for row in conn.execute("SELECT heading_path FROM source_citations").fetchall()]
+    assert paths and all(paths)
+
+
+def test_the_earlier_questions_carry_their_answers_and_the_headings_those_cited() -> None:
+    turns = [
+        TurnRow(uuid.uuid4(), "user", GAZEBO),
+        TurnRow(uuid.uuid4(), "assistant", "A simulator [1].", headings="Gazebo › What is Gazebo"),
+        TurnRow(uuid.uuid4(), "user", CONNECT, standalone=f"{CONNECT} (Gazebo)"),
+        TurnRow(uuid.uuid4(), "user", "And how do I install it?"),  # this question's own row, read beside its write
+    ]
+    assert earlier_questions(turns, "And how do I install it?") == [
+        Earlier(GAZEBO, None, "A simulator [1].", "Gazebo › What is Gazebo"),
+        Earlier(CONNECT, f"{CONNECT} (Gazebo)"),  # unanswered (failed, or still streaming): no answer, no headings
     ]
 
 

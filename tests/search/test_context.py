@@ -3,6 +3,8 @@ what the standalone form holds, and how the two readings' candidates are fused."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from textbook_chat.index import sparse
 from textbook_chat.index.vectors import Hit
 from textbook_chat.search import context
@@ -113,6 +115,29 @@ def test_the_reading_in_context_blends_the_earlier_questions_as_asked() -> None:
     assert third.prior == ("What is Gazebo Harmonic?", "How do I install it?")
     after_a_switch = context.read("How do I install it?", [*GAZEBO, Earlier("What is DDS?")])
     assert after_a_switch.prior == ("What is DDS?",)  # the switch took no context: the older subject is not blended
+
+
+def test_the_reading_in_context_is_embedded_with_what_the_cited_sections_call_the_subject() -> None:
+    """The headings of the sections the last answer cited name the thing a follow-up points back to; the rest of
+    the earlier question's words are how it asked about it. The vector in context reads the named part (a number
+    after a kept word stays: "ROS 2"); the standalone form kept and reported, and the keyword side, hold it all."""
+    headings = context.section_headings([("Secure domain", ("Prosody", "Jicofo")), ("ROS 2 setup", ())])
+    assert headings == "Secure domain › Prosody › Jicofo\nROS 2 setup"
+    earlier = [Earlier("How do I set up a secure domain for ROS 2 rooms?", answer="Edit it [1].", headings=headings)]
+    asked = context.read("How do I add an account for it?", earlier)
+    assert asked.standalone == "How do I add an account for it? (set secure domain ROS 2 rooms)"
+    assert asked.focused == "How do I add an account for it? (secure domain ROS 2)"
+    assert asked.subject == "set secure domain ROS 2 rooms"
+    no_headings = context.read("How do I add an account for it?", [replace(earlier[0], headings="")])
+    every_word = replace(earlier[0], headings="Set up › Secure domain › ROS rooms")
+    all_named = context.read("How do I add an account for it?", [every_word])
+    assert no_headings.focused is None and no_headings.standalone == asked.standalone
+    assert all_named.focused is None and all_named.standalone == asked.standalone  # nothing to focus on
+
+
+def test_the_sections_an_answer_cited_are_read_from_its_markers() -> None:
+    assert context.cited("Edit the config [1][3]. See [12].") == {1, 3, 12}
+    assert context.cited("No markers, [a] or [1234].") == set()
 
 
 def test_the_blend_leans_to_the_question_and_keeps_the_earlier_subject() -> None:

@@ -147,3 +147,26 @@ def test_stream_marks_are_kept_on_answers_only_and_go_with_a_downgrade(scratch_u
             conn.execute(insert, (uuid.uuid4(), session_id, "user", "How?", [0, 0, 4]))
     command.downgrade(config, "0004")
     assert "stream_marks" not in _columns(scratch_url, "chat_messages")
+
+
+def test_a_citations_heading_path_is_null_for_citations_stored_before_and_goes_with_a_downgrade(
+    scratch_url: str,
+) -> None:
+    config = alembic_config(scratch_url)
+    command.upgrade(config, "0005")
+    session_id, message_id = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
+        conn.execute(
+            "INSERT INTO chat_messages (id, session_id, role, content) VALUES (%s, %s, 'assistant', 'hi')",
+            (message_id, session_id),
+        )
+        conn.execute(
+            "INSERT INTO source_citations (id, message_id, position, chunk_id, url) VALUES (%s, %s, 1, 'c', 'u')",
+            (uuid.uuid4(), message_id),
+        )
+    command.upgrade(config, "head")
+    with psycopg.connect(scratch_url) as conn:
+        assert conn.execute("SELECT heading_path FROM source_citations").fetchall() == [(None,)]
+    command.downgrade(config, "0005")
+    assert "heading_path" not in _columns(scratch_url, "source_citations")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -102,6 +103,26 @@ async def test_a_questions_standalone_form_is_written_with_its_answer_and_read_w
         ("user", "How do I install it?", standalone),
         ("assistant", "With apt.", None),
     ]
+
+
+async def test_an_answers_cited_headings_are_read_with_the_turns_and_its_citations(store: Store) -> None:
+    """The next question of the session reads what the book calls the earlier subject: the page title and heading
+    path of each section the answer cited, in citation order; a citation stored before the column has its title."""
+    session = await store.create_session()
+    exchange = await store.start_exchange(session.id, question="How do I set up a secure domain?")
+    cited = [
+        replace(_citation(1), title="Secure domain setup", heading_path=("Secure domain setup", "Prosody")),
+        replace(_citation(2), title="Jicofo", heading_path=()),
+    ]
+    done = Completion("Edit the config [1][2].", "complete", citations=cited)
+    await store.finish_message(exchange.assistant_message_id, done)
+    turns = await store.recent_turns(session.id, limit=10)
+    assert [(t.role, t.headings) for t in turns] == [
+        ("user", ""),
+        ("assistant", "Secure domain setup › Secure domain setup › Prosody\nJicofo"),
+    ]
+    history = await store.history(session.id)
+    assert [c.heading_path for c in history[1].citations] == [("Secure domain setup", "Prosody"), ()]
 
 
 async def test_a_first_question_creates_its_session_in_the_same_statement(store: Store, clean_db: str) -> None:

@@ -355,6 +355,7 @@ class AnswerRun:
                 url=by_n[n].url,
                 relevance_score=round(by_n[n].score, 4),
                 excerpt=by_n[n].excerpt,
+                heading_path=by_n[n].heading_path,
             )
             for n in state.cited
             if n in by_n
@@ -396,15 +397,18 @@ async def earlier_turns(chat: ChatService, session_id: uuid.UUID | None) -> list
 
 
 def earlier_questions(turns: list[TurnRow], asked: str) -> list[Earlier]:
-    """The session's earlier questions, oldest first, each with the standalone form its retrieval used; this
-    question's own row, read beside its write, is left out (the last turn, unanswered, with its words)."""
+    """The session's earlier questions, oldest first, each with the standalone form its retrieval used, and the
+    answer it got with the headings of the sections that answer cited; this question's own row, read beside its
+    write, is left out (the last turn, unanswered, with its words)."""
     if turns and turns[-1].role == "user" and turns[-1].content == asked:
         turns = turns[:-1]
     earlier: list[Earlier] = []
     for turn, after in zip(turns, [*turns[1:], None], strict=True):
         if turn.role == "user":
-            answer = after.content if after is not None and after.role == "assistant" else ""
-            earlier.append(Earlier(turn.content, turn.standalone, answer))
+            if after is not None and after.role == "assistant":
+                earlier.append(Earlier(turn.content, turn.standalone, after.content, after.headings))
+            else:
+                earlier.append(Earlier(turn.content, turn.standalone))
     return earlier
 
 

@@ -7,7 +7,7 @@ earlier questions' vectors, which were computed when they were asked), and the f
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -44,12 +44,14 @@ STANDALONE_WEIGHT = 2.0  # the standalone form's own vector in the reading in co
 
 @dataclass(frozen=True)
 class Earlier:
-    """An earlier question of the session: as asked, the standalone form retrieval used for it (if any), and the
-    answer it got (what "the other one" or "the second format" may point into)."""
+    """An earlier question of the session: as asked, the standalone form retrieval used for it (if any), the
+    answer it got (what "the other one" or "the second format" may point into), and the headings of the sections
+    it was answered from (what the book calls its subject)."""
 
     question: str
     standalone: str | None = None
     answer: str = ""
+    headings: str = ""  # the page titles and heading paths of the sections the answer was given from
 
     @property
     def text(self) -> str:
@@ -72,6 +74,9 @@ class Asked:
     prior: tuple[str, ...] = ()  # the earlier questions whose vectors blend into the reading in context, oldest first
     subject: str = ""  # what the standalone form adds to the question (in its brackets)
     points_back: bool = False  # it holds a word pointing back ("it", "that") or opens with an ellipsis ("and ...")
+    # The standalone form with only the subject's words the earlier answer's cited headings hold (``_focus``),
+    # where they hold some but not all: what the reading in context's own vector reads. None: the standalone form.
+    focused: str | None = None
 
     @property
     def in_context(self) -> bool:
@@ -91,19 +96,31 @@ def read(question: str, earlier: Sequence[Earlier]) -> Asked:
     if not pointing and sparse.names(question):
         return Asked(question)  # a topic switch is never drowned by the topic before it
     last = earlier[-1]
-    subject = _subject(last.text, exclude=own)
-    named = _answer_names(last.answer, exclude=[*own, *sparse.terms(subject)])
-    subject = " ".join(filter(None, (subject, named)))
+    asked_about = _subject(last.text, exclude=own)
+    named = _answer_names(last.answer, exclude=[*own, *sparse.terms(asked_about)])
+    subject = " ".join(filter(None, (asked_about, named)))
     if not subject:
         return Asked(question)
     standalone = expanded(question, subject)
+    focus = _focus(asked_about, last.headings)
+    focused = expanded(question, " ".join(filter(None, (focus, named)))) if focus and focus != asked_about else None
     prior = _prior(earlier)
     if pointing or len(own) < 2:
         weight = _alone_weight(question, own)
         return Asked(
-            question, standalone, CONTEXT_WEIGHT, weight, tuple(own), prior=prior, subject=subject, points_back=pointing
+            question,
+            standalone,
+            CONTEXT_WEIGHT,
+            weight,
+            tuple(own),
+            prior=prior,
+            subject=subject,
+            points_back=pointing,
+            focused=focused,
         )
-    return Asked(question, standalone, own_terms=tuple(own), fallback=True, prior=prior, subject=subject)
+    return Asked(
+        question, standalone, own_terms=tuple(own), fallback=True, prior=prior, subject=subject, focused=focused
+    )
 
 
 def expanded(question: str, subject: str) -> str:
@@ -231,6 +248,35 @@ def _answer_names(answer: str, *, exclude: Sequence[str]) -> str:
                 spelled.setdefault(key, word)  # as a name is written, not as the word at the start of a list
     best = sorted((n for n in spelled if counts[n] >= ANSWER_NAME_MIN), key=lambda n: -counts[n])[:ANSWER_NAMES]
     return " ".join(spelled[n] for n in best)
+
+
+def section_headings(sections: Iterable[tuple[str, Sequence[str]]]) -> str:
+    """``Earlier.headings`` of the sections an answer cited, each as (page title, heading path): one line each."""
+    return "\n".join(" › ".join(filter(None, (title, *path))) for title, path in sections)
+
+
+def cited(answer: str) -> set[int]:
+    """The source numbers an answer's citation markers name ("[2]", "[1][3]")."""
+    return {int(n) for n in _CITED.findall(answer)}
+
+
+_CITED = re.compile(r"\[(\d{1,3})\]")
+
+
+def _focus(subject: str, headings: str) -> str:
+    """The words of ``subject`` that the earlier answer's section headings hold (a number after a word they hold
+    too: "ROS 2"), in order: what the book calls the thing a follow-up points back to ("secure domain" of "set
+    secure domain registered users create rooms"). The rest of the subject is how the earlier question asked
+    about it; searched with its full weight, it pulls a follow-up back to the section that answered it. "" where
+    the headings hold none of it (or there are none)."""
+    named = set(sparse.terms(headings))
+    kept: list[str] = []
+    held = False
+    for word in subject.split():
+        held = any(term in named for term in sparse.terms(word)) or (held and word.isdigit())
+        if held:
+            kept.append(word)
+    return " ".join(kept)
 
 
 def _subject(text: str, *, exclude: Sequence[str]) -> str:

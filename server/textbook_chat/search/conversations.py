@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from textbook_chat.search import context
 from textbook_chat.search.context import Earlier
 from textbook_chat.search.evaluate import mean, share
 from textbook_chat.search.retrieval import Retrieval, Retriever
@@ -138,7 +139,9 @@ async def run(
                 rewrite = _asking(turn, await retriever.retrieve(turn.standalone, module=turn.module))
             said = await answer(turn.question, result) if answer is not None and not result.declined else ""
             outcomes.append(TurnOutcome(conversation.id, number, turn, in_context, alone, rewrite, said))
-            earlier.append(Earlier(turn.question, result.standalone, said))
+            numbers = context.cited(said)
+            sections = ((s.title, s.heading_path) for s in result.sources if s.n in numbers)
+            earlier.append(Earlier(turn.question, result.standalone, said, context.section_headings(sections)))
     return outcomes
 
 

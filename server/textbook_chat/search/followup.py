@@ -33,14 +33,14 @@ class FollowUps:
         self._keep = keep  # the sources retrieval keeps: the reading alone's best is always among them
 
     async def readings(self, asked: Asked) -> list[Reading]:
-        """The question as asked, and in context when it takes context: the standalone form's vector with the
-        question's blended with the earlier questions' (``context.blend``; theirs cached since they were asked, the
-        two new ones embedded side by side) and the standalone form's terms, the subject's weighing less
-        (``context.keywords``). A fallback's first pass (``Asked.fallback``) is the question alone."""
-        if not asked.in_context:
+        """The question as asked, and in context when it takes context: the vector of the standalone form (focused
+        on what the earlier sections' headings call its subject, ``Asked.embedded``) with the question's blended
+        with the earlier questions' (``context.blend``; theirs cached since they were asked, the two new ones
+        embedded side by side) and the standalone form's terms, the subject's weighing less (``context.keywords``).
+        A fallback's first pass (``Asked.fallback``) is the question alone."""
+        if not asked.in_context or asked.standalone is None:
             return [(await self.embedder.embed_query(asked.question), Query(asked.question))]
-        assert asked.standalone is not None
-        texts = (asked.question, asked.standalone, *asked.prior)
+        texts = (asked.question, asked.focused or asked.standalone, *asked.prior)
         alone, standalone, *prior = await asyncio.gather(*(self.embedder.embed_query(t) for t in texts))
         in_context = Query(asked.standalone, context.keywords(asked))
         return [(alone, Query(asked.question)), (context.blend(alone, prior, standalone), in_context)]

@@ -65,6 +65,7 @@ class Citation:
     url: str
     relevance_score: float | None
     excerpt: str | None
+    heading_path: tuple[str, ...] = ()  # the cited section's headings, page first (none for citations stored before)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class TurnRow:
     role: Role
     content: str
     standalone: str | None = None  # a question's standalone form, as retrieval read it in its session
+    headings: str = ""  # an answer's: the page titles and heading paths of the sections it cited (``context.Earlier``)
 
 
 @dataclass(frozen=True)

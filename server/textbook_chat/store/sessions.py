@@ -303,14 +303,22 @@ class Store(Database):
         history: no citations, and none of the empty or unfinished answers ``history`` also lists)."""
         rows = await self._fetchall(
             """
-            SELECT id, role, content, standalone FROM chat_messages
-            WHERE session_id = %s AND content <> '' AND (role = 'user' OR status = 'complete')
-            ORDER BY created_at DESC, role ASC
+            SELECT m.id, m.role, m.content, m.standalone,
+                CASE WHEN m.role = 'assistant' THEN (
+                    SELECT string_agg(
+                        concat_ws(' › ', c.title, nullif(array_to_string(c.heading_path, ' › '), '')), E'\n'
+                        ORDER BY c.position
+                    )
+                    FROM source_citations c WHERE c.message_id = m.id
+                ) END AS headings
+            FROM chat_messages m
+            WHERE m.session_id = %s AND m.content <> '' AND (m.role = 'user' OR m.status = 'complete')
+            ORDER BY m.created_at DESC, m.role ASC
             LIMIT %s
             """,
             (session_id, limit),
         )
-        return [TurnRow(**row) for row in reversed(rows)]
+        return [TurnRow(**{**row, "headings": row["headings"] or ""}) for row in reversed(rows)]
 
     async def history(
         self, session_id: uuid.UUID, *, limit: int = 50, after: datetime | None = None
@@ -434,9 +442,11 @@ class Store(Database):
             await cur.executemany(
                 """
                 INSERT INTO source_citations
-                    (id, message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt)
-                SELECT v.* FROM (VALUES (%s::uuid, %s::uuid, %s::int, %s, %s, %s, %s, %s, %s::real, %s))
-                    AS v(id, message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt)
+                    (id, message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt,
+                     heading_path)
+                SELECT v.* FROM (VALUES (%s::uuid, %s::uuid, %s::int, %s, %s, %s, %s, %s, %s::real, %s, %s::text[]))
+                    AS v(id, message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt,
+                         heading_path)
                 WHERE EXISTS (SELECT 1 FROM chat_messages m WHERE m.id = v.message_id)
                 ON CONFLICT (message_id, position) DO NOTHING
                 """,
@@ -452,6 +462,7 @@ class Store(Database):
                         c.url,
                         c.relevance_score,
                         c.excerpt,
+                        list(c.heading_path),
                     )
                     for message_id, c in citations
                 ],
@@ -462,14 +473,17 @@ class Store(Database):
             return {}
         rows = await self._fetchall(
             """
-            SELECT message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt
+            SELECT message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt,
+                coalesce(heading_path, '{}') AS heading_path
             FROM source_citations WHERE message_id = ANY(%s) ORDER BY message_id, position
             """,
             (list(message_ids),),
         )
         grouped: dict[uuid.UUID, list[Citation]] = {}
         for row in rows:
-            grouped.setdefault(row.pop("message_id"), []).append(Citation(**row))
+            grouped.setdefault(row.pop("message_id"), []).append(
+                Citation(**{**row, "heading_path": tuple(row["heading_path"])})
+            )
         return grouped
 
 

@@ -205,7 +205,9 @@ def _read_spill(path: Path) -> list[_Item]:
         try:
             record: dict[str, Any] = json.loads(line)
             fields = dict(record["completion"])
-            fields["citations"] = tuple(Citation(**c) for c in fields.get("citations", ()))
+            fields["citations"] = tuple(
+                Citation(**{**c, "heading_path": tuple(c.get("heading_path", ()))}) for c in fields.get("citations", ())
+            )
             items.append(_Item(uuid.UUID(record["message_id"]), Completion(**fields), _late(record.get("late"))))
         except (ValueError, KeyError, TypeError) as exc:
             log.error("skipping an unreadable spilled answer (%s line %d): %s", path.name, number, exc)
