@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -56,19 +57,25 @@ def test_upgrade_downgrade_upgrade_round_trip(scratch_url: str) -> None:
     assert {"chat_sessions", "chat_messages", "source_citations"} <= _tables(scratch_url)
 
 
+def _a_cited_answer(conn: psycopg.Connection[Any]) -> uuid.UUID:
+    """A session holding one answer with one citation, in the columns every revision has; its session's id."""
+    session_id, message_id = uuid.uuid4(), uuid.uuid4()
+    conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
+    conn.execute(
+        "INSERT INTO chat_messages (id, session_id, role, content) VALUES (%s, %s, 'assistant', 'hi')",
+        (message_id, session_id),
+    )
+    conn.execute(
+        "INSERT INTO source_citations (id, message_id, position, chunk_id, url) VALUES (%s, %s, 1, 'c', 'u')",
+        (uuid.uuid4(), message_id),
+    )
+    return session_id
+
+
 def test_deleting_a_session_cascades_to_messages_and_citations(scratch_url: str) -> None:
     command.upgrade(alembic_config(scratch_url), "head")
-    session_id, message_id = uuid.uuid4(), uuid.uuid4()
     with psycopg.connect(scratch_url) as conn:
-        conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
-        conn.execute(
-            "INSERT INTO chat_messages (id, session_id, role, content) VALUES (%s, %s, 'assistant', 'hi')",
-            (message_id, session_id),
-        )
-        conn.execute(
-            "INSERT INTO source_citations (id, message_id, position, chunk_id, url) VALUES (%s, %s, 1, 'c', 'u')",
-            (uuid.uuid4(), message_id),
-        )
+        session_id = _a_cited_answer(conn)
         conn.execute("DELETE FROM chat_sessions WHERE id = %s", (session_id,))
         counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone() for t in ("chat_messages", "source_citations")]
     assert counts == [(0,), (0,)]
@@ -154,17 +161,8 @@ def test_a_citations_heading_path_is_null_for_citations_stored_before_and_goes_w
 ) -> None:
     config = alembic_config(scratch_url)
     command.upgrade(config, "0005")
-    session_id, message_id = uuid.uuid4(), uuid.uuid4()
     with psycopg.connect(scratch_url) as conn:
-        conn.execute("INSERT INTO chat_sessions (id, token_hash) VALUES (%s, 'h')", (session_id,))
-        conn.execute(
-            "INSERT INTO chat_messages (id, session_id, role, content) VALUES (%s, %s, 'assistant', 'hi')",
-            (message_id, session_id),
-        )
-        conn.execute(
-            "INSERT INTO source_citations (id, message_id, position, chunk_id, url) VALUES (%s, %s, 1, 'c', 'u')",
-            (uuid.uuid4(), message_id),
-        )
+        _a_cited_answer(conn)
     command.upgrade(config, "head")
     with psycopg.connect(scratch_url) as conn:
         assert conn.execute("SELECT heading_path FROM source_citations").fetchall() == [(None,)]
