@@ -34,7 +34,7 @@ class FollowUps:
 
     async def readings(self, asked: Asked) -> list[Reading]:
         """The question as asked, and in context when it takes context: the vector of the standalone form (focused
-        on what the earlier sections' headings call its subject, ``Asked.embedded``) with the question's blended
+        on what the earlier sections' headings call its subject, ``Asked.focused``) with the question's blended
         with the earlier questions' (``context.blend``; theirs cached since they were asked, the two new ones
         embedded side by side) and the standalone form's terms, the subject's weighing less (``context.keywords``).
         A fallback's first pass (``Asked.fallback``) is the question alone."""

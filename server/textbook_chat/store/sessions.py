@@ -300,7 +300,8 @@ class Store(Database):
 
     async def recent_turns(self, session_id: uuid.UUID, *, limit: int) -> list[TurnRow]:
         """The newest ``limit`` questions and completed answers, oldest first, in one round trip (a prompt's
-        history: no citations, and none of the empty or unfinished answers ``history`` also lists)."""
+        history: of an answer's citations only the headings of the sections it cited, what the next question's
+        retrieval reads; none of the empty or unfinished answers ``history`` also lists)."""
         rows = await self._fetchall(
             """
             SELECT m.id, m.role, m.content, m.standalone,
