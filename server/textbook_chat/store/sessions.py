@@ -1,4 +1,4 @@
-"""Postgres: sessions, messages and citations. All SQL of the service lives here.
+"""Postgres: sessions, messages and citations. All SQL of the service lives here and in citations.py.
 
 The queries are ``Store``'s; the pool, time limits and circuit breaker they run under are ``Database``'s
 (database.py), and the values they read and write are in rows.py.
@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 
 from textbook_chat.core import metrics
 from textbook_chat.core.modes import Mode
+from textbook_chat.store import citations as cited
 from textbook_chat.store.database import Database
 from textbook_chat.store.rows import (
     Citation,
@@ -239,7 +240,7 @@ class Store(Database):
                     "UPDATE chat_messages SET standalone = %s WHERE id = %s AND role = 'user'",
                     [(c.standalone, c.question_id) for _, c in batch if c.standalone and c.question_id],
                 )
-            await self._add_citations(conn, [(message_id, c) for message_id, done in batch for c in done.citations])
+            await cited.insert(conn, [(message_id, c) for message_id, done in batch for c in done.citations])
             await conn.execute(
                 "UPDATE chat_sessions SET last_activity_at = now() "
                 "WHERE id IN (SELECT session_id FROM chat_messages WHERE id = ANY(%s))",
@@ -287,7 +288,7 @@ class Store(Database):
 
     async def add_citations(self, message_id: uuid.UUID, citations: Sequence[Citation]) -> None:
         async with self._conn() as conn, conn.transaction():
-            await self._add_citations(conn, [(message_id, c) for c in citations])
+            await cited.insert(conn, [(message_id, c) for c in citations])
 
     async def get_message(self, message_id: uuid.UUID) -> MessageRow | None:
         row = await self._fetchone(
@@ -303,15 +304,9 @@ class Store(Database):
         history: of an answer's citations only the headings of the sections it cited, what the next question's
         retrieval reads; none of the empty or unfinished answers ``history`` also lists)."""
         rows = await self._fetchall(
-            """
+            f"""
             SELECT m.id, m.role, m.content, m.standalone,
-                CASE WHEN m.role = 'assistant' THEN (
-                    SELECT string_agg(
-                        concat_ws(' › ', c.title, nullif(array_to_string(c.heading_path, ' › '), '')), E'\n'
-                        ORDER BY c.position
-                    )
-                    FROM source_citations c WHERE c.message_id = m.id
-                ) END AS headings
+                CASE WHEN m.role = 'assistant' THEN {cited.HEADINGS} END AS headings
             FROM chat_messages m
             WHERE m.session_id = %s AND m.content <> '' AND (m.role = 'user' OR m.status = 'complete')
             ORDER BY m.created_at DESC, m.role ASC
@@ -430,62 +425,9 @@ class Store(Database):
         row = await cur.fetchone()
         return Exchange(**row, created=False) if row else None
 
-    async def _add_citations(
-        self, conn: psycopg.AsyncConnection[Any], citations: Sequence[tuple[uuid.UUID, Citation]]
-    ) -> None:
-        """Every (message id, citation) pair in one statement, whatever the number of messages.
-
-        A message that is not there (its conversation deleted while it was answered, or a late question that
-        was not its asker's to write) gets none, instead of failing the whole batch on the foreign key."""
-        if not citations:
-            return
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                """
-                INSERT INTO source_citations
-                    (id, message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt,
-                     heading_path)
-                SELECT v.* FROM (VALUES (%s::uuid, %s::uuid, %s::int, %s, %s, %s, %s, %s, %s::real, %s, %s::text[]))
-                    AS v(id, message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt,
-                         heading_path)
-                WHERE EXISTS (SELECT 1 FROM chat_messages m WHERE m.id = v.message_id)
-                ON CONFLICT (message_id, position) DO NOTHING
-                """,
-                [
-                    (
-                        uuid.uuid4(),
-                        message_id,
-                        c.position,
-                        c.chunk_id,
-                        c.module,
-                        c.chapter,
-                        c.title,
-                        c.url,
-                        c.relevance_score,
-                        c.excerpt,
-                        list(c.heading_path),
-                    )
-                    for message_id, c in citations
-                ],
-            )
-
     async def _citations_for(self, message_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Citation]]:
-        if not message_ids:
-            return {}
-        rows = await self._fetchall(
-            """
-            SELECT message_id, position, chunk_id, module, chapter, title, url, relevance_score, excerpt,
-                coalesce(heading_path, '{}') AS heading_path
-            FROM source_citations WHERE message_id = ANY(%s) ORDER BY message_id, position
-            """,
-            (list(message_ids),),
-        )
-        grouped: dict[uuid.UUID, list[Citation]] = {}
-        for row in rows:
-            grouped.setdefault(row.pop("message_id"), []).append(
-                Citation(**{**row, "heading_path": tuple(row["heading_path"])})
-            )
-        return grouped
+        rows = await self._fetchall(cited.OF_MESSAGES, (list(message_ids),)) if message_ids else []
+        return cited.by_message(rows)
 
 
 _SESSION_COLUMNS = "s.id, s.user_id, s.token_hash, s.created_at, s.last_activity_at, s.metadata"
