@@ -133,15 +133,15 @@ def read_tree(root: Path, base_url: str, skipped: list[Skipped]) -> list[tuple[M
     """
     planned: list[tuple[Module, list[Doc]]] = []
     for item in _ordered(_walk(root, "", base_url, skipped)):
+        judged = [(doc, doc.skipped_because) for doc in _flatten(item)]  # each doc's reason read once
+        docs = [doc for doc, reason in judged if reason is None]
+        skipped.extend(Skipped(doc.file_path, reason) for doc, reason in judged if reason is not None)
         if isinstance(item, _Folder):
-            docs = [doc for doc in _flatten(item) if doc.skipped_because is None]
             category = item.category
             description = _str(category.get("description")) or _str(_mapping(category.get("link")).get("description"))
             module = Module(item.name, _str(category.get("label")) or _titleize(item.name), 0.0, description)
         else:
-            docs = [item] if item.skipped_because is None else []
             module = Module(item.doc_id, item.title, 0.0, _str(item.front_matter.get("description")))
-        skipped.extend(Skipped(doc.file_path, reason) for doc in _flatten(item) if (reason := doc.skipped_because))
         if docs:
             planned.append((module, docs))
     return [
