@@ -135,11 +135,6 @@ def test_the_reading_in_context_is_embedded_with_what_the_cited_sections_call_th
     assert all_named.focused is None and all_named.standalone == asked.standalone  # nothing to focus on
 
 
-def test_the_sections_an_answer_cited_are_read_from_its_markers() -> None:
-    assert context.cited("Edit the config [1][3]. See [12].") == {1, 3, 12}
-    assert context.cited("No markers, [a] or [1234].") == set()
-
-
 def test_the_blend_leans_to_the_question_and_keeps_the_earlier_subject() -> None:
     question, earlier = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]
     blended = context.blend(question, [earlier])

@@ -208,12 +208,13 @@ async def ask(
     return score(question.id, question.kind, answer, question.answer_facts)
 
 
-def offline_answer(generator: ExtractiveGenerator) -> Callable[[str, Retrieval], Awaitable[str]]:
+def offline_answer(generator: ExtractiveGenerator) -> Callable[[str, Retrieval], Awaitable[tuple[str, list[int]]]]:
     """The offline answer to a question retrieved as ``Retrieval`` (in its conversation or not), as the server
-    gives it: what a conversation set's next turn reads as its history (``search/conversations.py``)."""
-    from textbook_chat.answer.generation import GenerationRequest
+    gives it, and the source numbers it cites, read as the server reads them (``generation.cited_numbers``): what a
+    conversation set's next turn reads as its history (``search/conversations.py``)."""
+    from textbook_chat.answer.generation import GenerationRequest, cited_numbers
 
-    async def answer(question: str, retrieval: Retrieval) -> str:
+    async def answer(question: str, retrieval: Retrieval) -> tuple[str, list[int]]:
         request = GenerationRequest(
             question=question,
             sources=retrieval.sources,
@@ -222,7 +223,8 @@ def offline_answer(generator: ExtractiveGenerator) -> Callable[[str, Retrieval],
             low_confidence=retrieval.level == "low",
             standalone=retrieval.standalone,
         )
-        return await generator.answer_async(request)
+        text = await generator.answer_async(request)
+        return text, cited_numbers(text, len(retrieval.sources))
 
     return answer
 

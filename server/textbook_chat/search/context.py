@@ -255,14 +255,6 @@ def section_headings(sections: Iterable[tuple[str, Sequence[str]]]) -> str:
     return "\n".join(" › ".join(filter(None, (title, *path))) for title, path in sections)
 
 
-def cited(answer: str) -> set[int]:
-    """The source numbers an answer's citation markers name ("[2]", "[1][3]")."""
-    return {int(n) for n in _CITED.findall(answer)}
-
-
-_CITED = re.compile(r"\[(\d{1,3})\]")
-
-
 def _focus(subject: str, headings: str) -> str:
     """The words of ``subject`` that the earlier answer's section headings hold (a number after a word they hold
     too: "ROS 2"), in order: what the book calls the thing a follow-up points back to ("secure domain" of "set

@@ -114,7 +114,8 @@ def load(path: Path) -> list[Conversation]:
     return conversations
 
 
-Answer = Callable[[str, Retrieval], Awaitable[str]]  # the answer a reader gets (the offline one in ``eval``)
+# The answer a reader gets (the offline one in ``eval``) and the numbers of the sources it cites.
+Answer = Callable[[str, Retrieval], Awaitable[tuple[str, Sequence[int]]]]
 
 
 async def run(
@@ -137,10 +138,11 @@ async def run(
             rewrite = None
             if turn.standalone and number > 1:
                 rewrite = _asking(turn, await retriever.retrieve(turn.standalone, module=turn.module))
-            said = await answer(turn.question, result) if answer is not None and not result.declined else ""
+            said, cited = (
+                await answer(turn.question, result) if answer is not None and not result.declined else ("", ())
+            )
             outcomes.append(TurnOutcome(conversation.id, number, turn, in_context, alone, rewrite, said))
-            numbers = context.cited(said)
-            sections = ((s.title, s.heading_path) for s in result.sources if s.n in numbers)
+            sections = ((s.title, s.heading_path) for s in result.sources if s.n in cited)
             earlier.append(Earlier(turn.question, result.standalone, said, context.section_headings(sections)))
     return outcomes
 
