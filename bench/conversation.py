@@ -23,7 +23,7 @@ from bench.figures import Figure
 from textbook_chat.core.settings import Settings
 from textbook_chat.index.embeddings import LocalEmbedder
 from textbook_chat.search import calibration, conversations
-from textbook_chat.search.context import Earlier
+from textbook_chat.search.context import Earlier, section_headings
 from textbook_chat.search.retrieval import Retriever
 from textbook_chat.search.second_opinion import SecondOpinion
 from textbook_chat.web.services import open_services
@@ -79,7 +79,10 @@ async def _run(data_dir: Path, path: Path, rounds: int) -> dict[str, list[float]
                         timings["first" if number == 1 else "later"].append(ms)
                         if result.standalone is not None:
                             timings["took context"].append(ms)
-                        earlier.append(Earlier(turn.question, result.standalone))
+                        # No answer is written here: the headings of every source stand for those it would cite,
+                        # so a follow-up's vector is focused as the server's is (``context._focus``).
+                        sections = ((source.title, source.heading_path) for source in result.sources)
+                        earlier.append(Earlier(turn.question, result.standalone, headings=section_headings(sections)))
         finally:
             opinion.close()
             await embedder.aclose()
