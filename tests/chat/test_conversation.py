@@ -70,7 +70,7 @@ async def test_a_follow_up_is_answered_from_the_sections_of_what_it_refers_to(ch
 def test_the_earlier_questions_carry_their_answers_and_the_headings_those_cited() -> None:
     turns = [
         TurnRow(uuid.uuid4(), "user", GAZEBO),
-        TurnRow(uuid.uuid4(), "assistant", "A simulator [1].", headings="Gazebo › What is Gazebo"),
+        TurnRow(uuid.uuid4(), "assistant", "A simulator [1].", sections=(("Gazebo", ("What is Gazebo",)),)),
         TurnRow(uuid.uuid4(), "user", CONNECT, standalone=f"{CONNECT} (Gazebo)"),
         TurnRow(uuid.uuid4(), "user", "And how do I install it?"),  # this question's own row, read beside its write
     ]

@@ -117,9 +117,9 @@ async def test_an_answers_cited_headings_are_read_with_the_turns_and_its_citatio
     done = Completion("Edit the config [1][2].", "complete", citations=cited)
     await store.finish_message(exchange.assistant_message_id, done)
     turns = await store.recent_turns(session.id, limit=10)
-    assert [(t.role, t.headings) for t in turns] == [
-        ("user", ""),
-        ("assistant", "Secure domain setup › Secure domain setup › Prosody\nJicofo"),
+    assert [(t.role, t.sections) for t in turns] == [
+        ("user", ()),
+        ("assistant", (("Secure domain setup", ("Secure domain setup", "Prosody")), ("Jicofo", ()))),
     ]
     history = await store.history(session.id)
     assert [c.heading_path for c in history[1].citations] == [("Secure domain setup", "Prosody"), ()]

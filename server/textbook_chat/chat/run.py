@@ -406,7 +406,8 @@ def earlier_questions(turns: list[TurnRow], asked: str) -> list[Earlier]:
     for turn, after in zip(turns, [*turns[1:], None], strict=True):
         if turn.role == "user":
             if after is not None and after.role == "assistant":
-                earlier.append(Earlier(turn.content, turn.standalone, after.content, after.headings))
+                headings = context.section_headings(after.sections)
+                earlier.append(Earlier(turn.content, turn.standalone, after.content, headings))
             else:
                 earlier.append(Earlier(turn.content, turn.standalone))
     return earlier

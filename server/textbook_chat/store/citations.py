@@ -1,23 +1,21 @@
 """The sources an answer cited (``source_citations``): written with the answer, read with a session's messages, and
-what the session's next question reads of them, the cited sections' headings (``HEADINGS``). ``Store`` runs these
-statements (sessions.py) under its pool and breaker."""
+what the session's next question reads of them, the cited sections' titles and headings (``SECTIONS``).
+``Store`` runs these statements (sessions.py) under its pool and breaker."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 
 from textbook_chat.store.rows import Citation
 
-# One answer's cited sections as ``context.Earlier.headings`` reads them: "page title › heading › heading", one line
-# each, in citation order; a scalar subquery on the answer row ``m`` (null for an answer that cited none).
-HEADINGS = """(
-    SELECT string_agg(
-        concat_ws(' › ', c.title, nullif(array_to_string(c.heading_path, ' › '), '')), E'\\n' ORDER BY c.position
-    )
+# One answer's cited sections, in citation order, as JSON pairs [page title, heading path]: a scalar subquery on the
+# answer row ``m`` (null for an answer that cited none); ``TurnRow.sections``.
+SECTIONS = """(
+    SELECT json_agg(json_build_array(coalesce(c.title, ''), coalesce(c.heading_path, '{}')) ORDER BY c.position)
     FROM source_citations c WHERE c.message_id = m.id
 )"""
 
@@ -66,10 +64,21 @@ async def insert(conn: psycopg.AsyncConnection[Any], citations: Sequence[tuple[u
         )
 
 
+def sections(value: Sequence[Sequence[Any]] | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``SECTIONS`` as read: (page title, heading path) of each cited section."""
+    return tuple((str(title), tuple(str(h) for h in path)) for title, path in value or ())
+
+
 def by_message(rows: Sequence[dict[str, Any]]) -> dict[uuid.UUID, list[Citation]]:
     """The rows of ``OF_MESSAGES``, each message's citations in order."""
     grouped: dict[uuid.UUID, list[Citation]] = {}
     for row in rows:
-        fields = {**row, "heading_path": tuple(row["heading_path"])}
-        grouped.setdefault(fields.pop("message_id"), []).append(Citation(**fields))
+        fields = dict(row)
+        grouped.setdefault(fields.pop("message_id"), []).append(read(fields))
     return grouped
+
+
+def read(fields: Mapping[str, Any]) -> Citation:
+    """A citation from its fields as a row or a spilled answer's JSON holds them (a list, or nothing, for its
+    heading path)."""
+    return Citation(**{**fields, "heading_path": tuple(fields.get("heading_path") or ())})

@@ -100,7 +100,8 @@ class TurnRow:
     role: Role
     content: str
     standalone: str | None = None  # a question's standalone form, as retrieval read it in its session
-    headings: str = ""  # an answer's: the page titles and heading paths of the sections it cited (``context.Earlier``)
+    # An answer's: the (page title, heading path) of each section it cited, in citation order (``context.Earlier``).
+    sections: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -301,12 +301,12 @@ class Store(Database):
 
     async def recent_turns(self, session_id: uuid.UUID, *, limit: int) -> list[TurnRow]:
         """The newest ``limit`` questions and completed answers, oldest first, in one round trip (a prompt's
-        history: of an answer's citations only the headings of the sections it cited, what the next question's
-        retrieval reads; none of the empty or unfinished answers ``history`` also lists)."""
+        history: of an answer's citations only the titles and headings of the sections it cited, what the next
+        question's retrieval reads; none of the empty or unfinished answers ``history`` also lists)."""
         rows = await self._fetchall(
             f"""
             SELECT m.id, m.role, m.content, m.standalone,
-                CASE WHEN m.role = 'assistant' THEN {cited.HEADINGS} END AS headings
+                CASE WHEN m.role = 'assistant' THEN {cited.SECTIONS} END AS sections
             FROM chat_messages m
             WHERE m.session_id = %s AND m.content <> '' AND (m.role = 'user' OR m.status = 'complete')
             ORDER BY m.created_at DESC, m.role ASC
@@ -314,7 +314,7 @@ class Store(Database):
             """,
             (session_id, limit),
         )
-        return [TurnRow(**{**row, "headings": row["headings"] or ""}) for row in reversed(rows)]
+        return [TurnRow(**{**row, "sections": cited.sections(row["sections"])}) for row in reversed(rows)]
 
     async def history(
         self, session_id: uuid.UUID, *, limit: int = 50, after: datetime | None = None

@@ -27,7 +27,8 @@ from typing import Any
 from textbook_chat.core import private
 from textbook_chat.core.errors import DatabaseUnavailable
 from textbook_chat.core.text import scrub
-from textbook_chat.store.rows import Citation, Completion, LateQuestion
+from textbook_chat.store import citations as cited
+from textbook_chat.store.rows import Completion, LateQuestion
 from textbook_chat.store.sessions import Store
 
 log = logging.getLogger(__name__)
@@ -205,9 +206,7 @@ def _read_spill(path: Path) -> list[_Item]:
         try:
             record: dict[str, Any] = json.loads(line)
             fields = dict(record["completion"])
-            fields["citations"] = tuple(
-                Citation(**{**c, "heading_path": tuple(c.get("heading_path", ()))}) for c in fields.get("citations", ())
-            )
+            fields["citations"] = tuple(cited.read(c) for c in fields.get("citations", ()))
             items.append(_Item(uuid.UUID(record["message_id"]), Completion(**fields), _late(record.get("late"))))
         except (ValueError, KeyError, TypeError) as exc:
             log.error("skipping an unreadable spilled answer (%s line %d): %s", path.name, number, exc)
